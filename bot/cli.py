@@ -1,0 +1,83 @@
+"""The ``skald-telegram`` command line: one argparse subcommand per job.
+
+Each subcommand imports its module lazily, so ``--version`` and ``identity`` stay fast and
+a missing optional piece never breaks the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from bot import __version__
+from bot.errors import SkaldError
+
+log = logging.getLogger(__name__)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="skald-telegram",
+        description="Approve Skald agents' tool calls and answer their questions from Telegram.",
+    )
+    parser.add_argument("--version", action="version", version=f"skald-telegram {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    identity = sub.add_parser("identity", help="print this device's public card")
+    _add_config_option(identity)
+
+    relay = sub.add_parser("relay", help="run the built-in zero-trust relay")
+    relay.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    relay.add_argument("--port", type=int, default=8765, help="port to listen on")
+    relay.add_argument("--data", default="./relay-data", help="folder for the relay's queue")
+
+    render = sub.add_parser("render", help="print the Telegram card(s) for a payload file")
+    render.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
+    render.add_argument("--chat-type", choices=("private", "group"), default="private")
+    render.add_argument("--templates", help="a folder of templates overriding the built-in ones")
+    return parser
+
+
+def _add_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        help="configuration file (default: $SKALD_TELEGRAM_CONFIG or ./skald-telegram.toml)",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "identity":
+        from bot.commands import identity_command
+
+        return identity_command(args)
+    if args.command == "relay":
+        from bot.relay.server import relay_command
+
+        return relay_command(args)
+    if args.command == "render":
+        from bot.render.command import render_command
+
+        return render_command(args)
+    raise AssertionError(args.command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return _run(args)
+    except SkaldError as exc:
+        print(f"skald-telegram: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

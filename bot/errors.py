@@ -1,0 +1,102 @@
+"""The project's exception hierarchy: every error we raise derives from :class:`SkaldError`.
+
+Adapters translate library errors (``InvalidTag``, ``ConnectionClosed``, ``sqlite3.Error``,
+``telegram.error.*``) into these with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class SkaldError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class ConfigError(SkaldError):
+    """The configuration file or environment is invalid; the message names the key."""
+
+
+class IdentityError(SkaldError):
+    """A key file is missing, unreadable, malformed or too widely readable."""
+
+
+class ProtocolError(SkaldError):
+    """Wire data does not follow the protocol."""
+
+
+class PayloadError(ProtocolError):
+    """A decrypted payload is not valid JSON of the expected shape or breaks a limit."""
+
+
+class PairingError(ProtocolError):
+    """A pairing URI or pairing exchange is invalid."""
+
+
+class RefusalReason(enum.Enum):
+    """Why an envelope was refused (protocol §2); each acceptance rule has its own reason."""
+
+    MALFORMED = "malformed"
+    TOO_LARGE = "too_large"
+    BAD_VERSION = "bad_version"
+    NOT_FOR_ME = "not_for_me"
+    UNKNOWN_SENDER = "unknown_sender"
+    BAD_SIGNATURE = "bad_signature"
+    DECRYPT_FAILED = "decrypt_failed"
+    BAD_PAYLOAD = "bad_payload"
+    REPLAY = "replay"
+    FROM_FUTURE = "from_future"
+
+
+class EnvelopeRefused(ProtocolError):
+    """An envelope failed one of the acceptance rules of protocol §2."""
+
+    def __init__(self, reason: RefusalReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class RenderError(SkaldError):
+    """A card could not be rendered (a template is missing or broken)."""
+
+
+class StoreError(SkaldError):
+    """The SQLite state store failed."""
+
+
+class RelayError(SkaldError):
+    """The relay connection failed or the relay answered with an error."""
+
+
+class TelegramError(SkaldError):
+    """A Telegram Bot API call failed in a way the caller must handle."""
+
+
+class ChatMoved(TelegramError):
+    """A group became a supergroup: its chat id changed to ``new_chat_id``."""
+
+    def __init__(self, old_chat_id: int, new_chat_id: int) -> None:
+        super().__init__(f"chat {old_chat_id} moved to {new_chat_id}")
+        self.old_chat_id = old_chat_id
+        self.new_chat_id = new_chat_id
+
+
+class ChatUnavailable(TelegramError):
+    """The bot may not post in a chat any more (removed, blocked, or the chat is gone)."""
+
+    def __init__(self, chat_id: int, detail: str) -> None:
+        super().__init__(f"chat {chat_id} is unavailable: {detail}")
+        self.chat_id = chat_id
+
+
+class Throttled(TelegramError):
+    """Telegram asked to wait ``retry_after`` seconds before the next request."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"rate limited: retry after {retry_after:g} s")
+        self.retry_after = retry_after
+
+
+class MessageGone(TelegramError):
+    """The message to edit no longer exists (deleted by someone)."""

@@ -1,0 +1,158 @@
+"""Wire encodings shared by the whole protocol: base64url, canonical JSON, bounded JSON
+decoding and RFC 3339 times.
+
+Everything here is strict about what it accepts, because it is the first thing hostile
+bytes from the relay meet.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+from bot.errors import PayloadError, ProtocolError
+
+JSON: TypeAlias = Any
+"""A decoded JSON value (the same alias as :data:`bot.protocol.payloads.JSON`)."""
+
+_B64U_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_URLSAFE_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+_UNUSED_BITS = {1: 0b11, 2: 0b1111}
+"""Bits of the last character that carry no data, by the padding it lacks."""
+
+# A JSON string (escapes included), a lone quote (an unterminated string) or a bracket.
+_JSON_NESTING_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{}]', re.DOTALL)
+
+
+def b64u_encode(data: bytes) -> str:
+    """Encode bytes as base64url without padding."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64u_decode(text: str) -> bytes:
+    """Decode base64url without padding; anything else (padding, ``+``/``/``, spaces,
+    non-canonical trailing bits, a non-string) raises :class:`ProtocolError`."""
+    if not isinstance(text, str):
+        raise ProtocolError(f"expected a base64url string, got {type(text).__name__}")
+    # a2b_base64's strict mode refuses everything outside the standard alphabet; the
+    # urlsafe characters are mapped onto it, so the standard ones must be refused first.
+    if len(text) % 4 == 1 or "+" in text or "/" in text or "=" in text or not text.isascii():
+        raise ProtocolError("not unpadded base64url")
+    padding = b"=" * (-len(text) % 4)
+    try:
+        data = binascii.a2b_base64(
+            text.encode("ascii").translate(_URLSAFE_TO_STANDARD) + padding, strict_mode=True
+        )
+    except binascii.Error as exc:
+        raise ProtocolError("not unpadded base64url") from exc
+    if padding and _B64U_ALPHABET.index(text[-1]) & _UNUSED_BITS[len(padding)]:
+        raise ProtocolError("not canonical base64url (stray trailing bits)")
+    return data
+
+
+def canonical_json(value: JSON) -> bytes:
+    """The canonical serialisation: keys sorted, no whitespace, non-ASCII kept, UTF-8."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8")
+
+
+def args_sha256(arguments: JSON) -> str:
+    """The digest binding a decision to the arguments shown (§3.3); ``None`` is ``null``."""
+    return b64u_encode(hashlib.sha256(canonical_json(arguments)).digest())
+
+
+def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> JSON:
+    """Decode JSON that came from outside, refusing anything a hostile peer could use.
+
+    Raises :class:`PayloadError` for more than ``max_bytes`` of UTF-8, invalid UTF-8,
+    nesting deeper than ``max_depth``, ``NaN``/``Infinity`` (also as overflowing numbers)
+    and anything that is not JSON.
+    """
+    if isinstance(data, str):
+        if len(data) > max_bytes:
+            raise PayloadError(f"JSON larger than {max_bytes} bytes")
+        text = data
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise PayloadError("JSON text contains lone surrogates") from exc
+    elif isinstance(data, bytes | bytearray | memoryview):
+        size = len(data)
+        if size > max_bytes:
+            raise PayloadError(f"JSON larger than {max_bytes} bytes ({size})")
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PayloadError(f"JSON is not valid UTF-8 (byte {exc.start})") from exc
+    else:
+        raise PayloadError(f"expected JSON bytes or text, got {type(data).__name__}")
+    if size > max_bytes:
+        raise PayloadError(f"JSON larger than {max_bytes} bytes ({size})")
+    _check_depth(text, max_depth)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError) as exc:
+        # json.JSONDecodeError is a ValueError, and so is the int digit limit.
+        raise PayloadError(f"invalid JSON: {exc}") from exc
+
+
+def _check_depth(text: str, max_depth: int) -> None:
+    if text.count("[") + text.count("{") <= max_depth:
+        return  # cannot possibly nest deeper: skip the scan
+    depth = 0
+    for match in _JSON_NESTING_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise PayloadError(f"JSON nested deeper than {max_depth} levels")
+        elif token in "]}":
+            depth -= 1
+        elif token == '"':
+            return  # an unterminated string: json.loads reports it
+        # A complete string: its brackets are text, not nesting.
+
+
+def _refuse_constant(name: str) -> float:
+    raise PayloadError(f"JSON constant {name} is not allowed")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise PayloadError(f"JSON number {text[:32]} overflows")
+    return value
+
+
+def format_rfc3339(dt: datetime) -> str:
+    """Format an aware datetime in UTC, e.g. ``2026-11-29T10:03:12Z``.
+
+    Sub-second precision is kept only when present (``…12.5Z``).
+    """
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise ValueError("format_rfc3339 needs an aware datetime")
+    utc = dt.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def parse_rfc3339(text: object) -> datetime | None:
+    """Parse an RFC 3339 time with offset; ``None`` when absent, not a string, unparseable
+    or without an offset."""
+    if not isinstance(text, str) or not 0 < len(text) <= 64:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        return None
+    return parsed
