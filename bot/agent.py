@@ -1,0 +1,292 @@
+"""A Skald agent built from the protocol core: the other end of the bot, for tests,
+benchmarks and the demo.
+
+It keeps an inbox of approvals and clarifications, pairs devices with one-time pairing
+URIs, pushes a complete ``inbox_update`` to every paired device on every change, and
+applies the decisions and answers it receives (protocol §3, §5). Everything is held in
+memory: outgoing envelopes in a :class:`~bot.relay.client.MemoryOutbox`, the replay set in
+a :class:`~bot.protocol.replay.MemoryReplayGuard`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+from bot.errors import EnvelopeRefused, PairingError, ProtocolError
+from bot.protocol.encoding import args_sha256, format_rfc3339
+from bot.protocol.envelope import Opened, open_envelope, seal
+from bot.protocol.identity import Identity, PublicCard
+from bot.protocol.pairing import SECRET_BYTES, format_pairing_uri, verify_pair_request
+from bot.protocol.payloads import (
+    ApprovalDecision,
+    ClarificationAnswer,
+    InboxRequest,
+    PairRequest,
+    Payload,
+    raw_payload,
+)
+from bot.protocol.replay import MemoryReplayGuard
+from bot.relay.client import MemoryOutbox, RelayClient
+
+log = logging.getLogger(__name__)
+
+MAX_RESOLVED: Final = 100
+"""How many resolved items an ``inbox_update`` keeps listing."""
+
+_POLL_S: Final = 0.05
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Agent:
+    """An agent identity with an inbox, talking to its paired devices through one relay."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        relay_url: str,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        notifications: bool = False,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.identity = identity
+        self.relay_url = relay_url
+        self.notifications = notifications
+        """Also send a ``notification`` twin for every new item."""
+        self.peers: dict[str, PublicCard] = {}
+        self.decisions: list[ApprovalDecision] = []
+        self.answers: list[ClarificationAnswer] = []
+        self.refused: list[str] = []
+        """Why envelopes, pairings, decisions or answers were refused, one line each."""
+        self.received: list[Payload] = []
+        """Every payload accepted, in order (including ones the agent only ignores)."""
+        self._clock = clock_ms or _wall_clock_ms
+        self._rev = self._clock()
+        self._approvals: dict[str, dict[str, object]] = {}
+        self._clarifications: dict[str, dict[str, object]] = {}
+        self._resolved: list[dict[str, object]] = []
+        self._secrets: list[bytes] = []
+        self._seen_ids: set[str] = set()
+        self._replay = MemoryReplayGuard()
+        self._outbox = MemoryOutbox()
+        self._changed = asyncio.Event()
+        self._client = RelayClient(
+            relay_url,
+            identity,
+            handler=self._on_envelope,
+            outbox=self._outbox,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    # -- running ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the relay session in the background (see :meth:`wait_for`)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._client.run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await self._client.stop()
+            await self._task
+            self._task = None
+
+    @property
+    def connected(self) -> bool:
+        return self._client.connected
+
+    @property
+    def client(self) -> RelayClient:
+        return self._client
+
+    @property
+    def unsent(self) -> int:
+        """Envelopes the relay has not confirmed yet."""
+        return len(self._outbox)
+
+    async def wait_for(self, predicate: Callable[[Agent], bool], timeout: float = 10.0) -> None:
+        """Wait until ``predicate(self)`` holds; :class:`TimeoutError` after ``timeout``."""
+        async with asyncio.timeout(timeout):
+            while True:
+                self._changed.clear()
+                if predicate(self):
+                    return
+                # Woken by every applied envelope; the poll catches connection changes.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), _POLL_S)
+
+    # -- the inbox -------------------------------------------------------------------
+
+    @property
+    def rev(self) -> int:
+        return self._rev
+
+    def new_pairing_uri(self) -> str:
+        """A pairing URI with a fresh one-time secret."""
+        secret = os.urandom(SECRET_BYTES)
+        self._secrets.append(secret)
+        return format_pairing_uri(self.relay_url, self.identity.card, secret)
+
+    def inbox(self) -> dict[str, object]:
+        """The current ``inbox_update`` body."""
+        return {
+            "rev": self._rev,
+            "agent": {"name": self.identity.name},
+            "approvals": list(self._approvals.values()),
+            "clarifications": list(self._clarifications.values()),
+            "resolved": list(self._resolved),
+        }
+
+    def submit_approval(self, approval: dict[str, object]) -> None:
+        """Add an approval (a raw wire dict) and push the inbox to every device."""
+        item_id = _item_id(approval)
+        self._approvals[item_id] = dict(approval)
+        self._changed_inbox()
+        if self.notifications:
+            self._notify(item_id, "approval", str(approval.get("summary", "")))
+
+    def submit_clarification(self, clarification: dict[str, object]) -> None:
+        """Add a clarification (a raw wire dict) and push the inbox to every device."""
+        item_id = _item_id(clarification)
+        self._clarifications[item_id] = dict(clarification)
+        self._changed_inbox()
+        if self.notifications:
+            self._notify(item_id, "clarification", str(clarification.get("question", "")))
+
+    def resolve(self, item_id: str, outcome: str, by: str | None = None) -> bool:
+        """Remove an item, list it as resolved with ``outcome`` and push the inbox;
+        ``False`` when no such item is open."""
+        if self._approvals.pop(item_id, None) is None and (
+            self._clarifications.pop(item_id, None) is None
+        ):
+            return False
+        entry: dict[str, object] = {"id": item_id, "outcome": outcome, "at": self._now_text()}
+        if by is not None:
+            entry["by"] = by
+        self._resolved = [*self._resolved, entry][-MAX_RESOLVED:]
+        self._changed_inbox()
+        return True
+
+    def send_raw(self, device_id: str, kind: str, body: object) -> str:
+        """Seal any payload to a paired device and queue it; returns the envelope id."""
+        peer = self.peers.get(device_id)
+        if peer is None:
+            raise ProtocolError(f"{device_id} is not a paired device")
+        envelope = seal(
+            raw_payload(kind, body), sender=self.identity, recipient=peer, ts_ms=self._clock()
+        )
+        self._outbox.add(self.relay_url, envelope.to_json())
+        self._client.wake()
+        return envelope.id
+
+    def _changed_inbox(self) -> None:
+        self._rev = max(self._rev + 1, self._clock())
+        for device_id in self.peers:
+            self.send_raw(device_id, "inbox_update", self.inbox())
+
+    def _notify(self, item_id: str, category: str, text: str) -> None:
+        body = {"item_id": item_id, "category": category, "title": self.identity.name}
+        for device_id in self.peers:
+            self.send_raw(device_id, "notification", {**body, "body": text})
+
+    def _now_text(self) -> str:
+        return format_rfc3339(datetime.fromtimestamp(self._clock() / 1000, UTC))
+
+    def _refuse(self, reason: str) -> None:
+        log.warning("agent %s refused: %s", self.identity.id, reason)
+        self.refused.append(reason)
+
+    # -- incoming --------------------------------------------------------------------
+
+    async def _on_envelope(self, wire: dict[str, object]) -> None:
+        try:
+            opened = open_envelope(
+                wire,
+                me=self.identity,
+                peers=self.peers,
+                now_ms=self._clock(),
+                replay=self._replay,
+                accept_pair_requests=True,
+            )
+        except EnvelopeRefused as exc:
+            self._refuse(f"envelope {exc}")
+        else:
+            self._replay.remember(opened.envelope.id, opened.envelope.ts)
+            self.received.append(opened.payload)
+            self._apply(opened)
+        self._changed.set()
+
+    def _apply(self, opened: Opened) -> None:
+        payload = opened.payload
+        if isinstance(payload, PairRequest):
+            self._pair(payload)
+        elif isinstance(payload, InboxRequest):
+            self.send_raw(opened.sender.id, "inbox_update", self.inbox())
+        elif isinstance(payload, ApprovalDecision):
+            self._decide(opened.sender.id, payload)
+        elif isinstance(payload, ClarificationAnswer):
+            self._answer(opened.sender.id, payload)
+        else:
+            log.debug("agent %s ignored a %s", self.identity.id, type(payload).__name__)
+
+    def _pair(self, request: PairRequest) -> None:
+        for secret in self._secrets:
+            try:
+                card = verify_pair_request(request, secret=secret, agent_id=self.identity.id)
+            except PairingError:
+                continue
+            self._secrets.remove(secret)
+            self.peers[card.id] = card
+            log.info("agent %s paired with %s", self.identity.id, card.id)
+            agent = {"id": self.identity.id, "name": self.identity.name}
+            self.send_raw(card.id, "pair_accept", {"agent": agent, "device_id": card.id})
+            self.send_raw(card.id, "inbox_update", self.inbox())
+            return
+        self._refuse(f"pair_request from {request.device.id}: no open pairing secret matches")
+
+    def _decide(self, device_id: str, decision: ApprovalDecision) -> None:
+        if decision.decision_id in self._seen_ids:
+            return  # the same decision again: already applied
+        approval = self._approvals.get(decision.approval_id)
+        if approval is None:
+            self._refuse(f"decision {decision.decision_id}: no open approval")
+            self.send_raw(device_id, "inbox_update", self.inbox())
+            return
+        if args_sha256(approval.get("arguments")) != decision.args_sha256:
+            self._refuse(f"decision {decision.decision_id}: args_sha256 does not match")
+            return
+        self._seen_ids.add(decision.decision_id)
+        self.decisions.append(decision)
+        outcome = "approved" if decision.decision == "approve" else "denied"
+        self.resolve(decision.approval_id, outcome, by=decision.decided_by.name)
+
+    def _answer(self, device_id: str, answer: ClarificationAnswer) -> None:
+        if answer.answer_id in self._seen_ids:
+            return
+        if answer.clarification_id not in self._clarifications:
+            self._refuse(f"answer {answer.answer_id}: no open clarification")
+            self.send_raw(device_id, "inbox_update", self.inbox())
+            return
+        self._seen_ids.add(answer.answer_id)
+        self.answers.append(answer)
+        self.resolve(answer.clarification_id, "answered", by=answer.answered_by.name)
+
+
+def _item_id(item: dict[str, object]) -> str:
+    item_id = item.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise ProtocolError("an inbox item needs a non-empty string id")
+    return item_id

@@ -1,0 +1,247 @@
+"""Relay session frames (protocol §4), sans-I/O: parsing incoming frames and building
+outgoing ones as JSON text.
+
+Both ends use this module: the server and the client only move the text over a socket.
+Envelopes inside frames are kept as plain dicts; checking them is the caller's job
+(:func:`bot.protocol.envelope.parse_envelope` on the relay, the full §2 rules on the
+recipient).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from bot.errors import PayloadError, ProtocolError
+from bot.protocol.encoding import b64u_decode, b64u_encode, loads_limited
+from bot.protocol.envelope import MAX_ENVELOPE_BYTES
+from bot.protocol.identity import is_id
+
+MAX_FRAME_BYTES: Final = 2 * MAX_ENVELOPE_BYTES
+"""Frames up to this size are read and answered (an oversized envelope gets ``too_large``);
+larger WebSocket messages are refused by the transport itself (close code 1009)."""
+
+NONCE_BYTES: Final = 32
+
+
+class ErrorCode:
+    """The ``code`` of an ``error`` frame."""
+
+    AUTH_FAILED: Final = "auth_failed"
+    NOT_AUTHENTICATED: Final = "not_authenticated"
+    BAD_ENVELOPE: Final = "bad_envelope"
+    TOO_LARGE: Final = "too_large"
+    QUEUE_FULL: Final = "queue_full"
+    BAD_FRAME: Final = "bad_frame"
+
+
+PERMANENT_SEND_ERRORS: Final = frozenset({ErrorCode.BAD_ENVELOPE, ErrorCode.TOO_LARGE})
+"""Errors after which resending the same envelope can never succeed."""
+
+
+class FrameError(ProtocolError):
+    """A frame that cannot be used; ``code`` is what to answer, ``envelope_id`` the id of
+    the envelope concerned when one could be read."""
+
+    def __init__(self, code: str, detail: str, envelope_id: str | None = None) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.envelope_id = envelope_id
+
+
+@dataclass(frozen=True)
+class Challenge:
+    nonce: bytes
+
+
+@dataclass(frozen=True)
+class Auth:
+    frame: dict[str, object]
+    """The whole frame, as :func:`bot.protocol.relayauth.verify_auth_frame` checks it."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    id: str
+
+
+@dataclass(frozen=True)
+class Deliver:
+    envelope: dict[str, object]
+    envelope_id: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    id: str
+
+
+@dataclass(frozen=True)
+class Send:
+    envelope: dict[str, object]
+    envelope_id: str
+
+
+@dataclass(frozen=True)
+class Sent:
+    id: str
+
+
+@dataclass(frozen=True)
+class Error:
+    code: str
+    id: str | None = None
+    message: str | None = None
+
+
+Frame: TypeAlias = Challenge | Auth | Ready | Deliver | Ack | Send | Sent | Error
+
+
+def parse_frame(data: str | bytes) -> Frame:
+    """Decode one frame; anything unusable raises :class:`FrameError`."""
+    if isinstance(data, bytes):
+        raise FrameError(ErrorCode.BAD_FRAME, "binary frames are not used")
+    try:
+        obj = loads_limited(data, max_bytes=MAX_FRAME_BYTES)
+    except PayloadError as exc:
+        raise FrameError(ErrorCode.BAD_FRAME, f"not a JSON frame ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise FrameError(ErrorCode.BAD_FRAME, "a frame must be a JSON object")
+    kind = obj.get("type")
+    parser = _PARSERS.get(kind) if isinstance(kind, str) else None
+    if parser is None:
+        raise FrameError(ErrorCode.BAD_FRAME, f"unknown frame type {_shown(kind)}")
+    return parser(obj)
+
+
+def _shown(value: object) -> str:
+    return repr(value)[:40]
+
+
+def _id(obj: dict[str, object], name: str, code: str = ErrorCode.BAD_FRAME) -> str:
+    value = obj.get(name)
+    if not is_id(value):
+        raise FrameError(code, f"{name} must be 32 lowercase hex characters")
+    return str(value)
+
+
+def _envelope(obj: dict[str, object]) -> tuple[dict[str, object], str]:
+    envelope = obj.get("envelope")
+    if not isinstance(envelope, dict):
+        raise FrameError(ErrorCode.BAD_ENVELOPE, "envelope must be a JSON object")
+    envelope_id = envelope.get("id")
+    if not is_id(envelope_id):
+        raise FrameError(ErrorCode.BAD_ENVELOPE, "envelope id must be 32 lowercase hex characters")
+    return envelope, str(envelope_id)
+
+
+def _parse_challenge(obj: dict[str, object]) -> Challenge:
+    nonce = obj.get("nonce")
+    try:
+        raw = b64u_decode(nonce)  # type: ignore[arg-type]  # non-strings are refused inside
+    except ProtocolError as exc:
+        raise FrameError(ErrorCode.BAD_FRAME, "challenge nonce is not base64url") from exc
+    if len(raw) != NONCE_BYTES:
+        raise FrameError(ErrorCode.BAD_FRAME, f"challenge nonce must be {NONCE_BYTES} bytes")
+    return Challenge(raw)
+
+
+def _parse_auth(obj: dict[str, object]) -> Auth:
+    return Auth(obj)
+
+
+def _parse_ready(obj: dict[str, object]) -> Ready:
+    return Ready(_id(obj, "id"))
+
+
+def _parse_deliver(obj: dict[str, object]) -> Deliver:
+    envelope, envelope_id = _envelope(obj)
+    return Deliver(envelope, envelope_id)
+
+
+def _parse_ack(obj: dict[str, object]) -> Ack:
+    return Ack(_id(obj, "id"))
+
+
+def _parse_send(obj: dict[str, object]) -> Send:
+    envelope, envelope_id = _envelope(obj)
+    return Send(envelope, envelope_id)
+
+
+def _parse_sent(obj: dict[str, object]) -> Sent:
+    return Sent(_id(obj, "id"))
+
+
+def _parse_error(obj: dict[str, object]) -> Error:
+    code = obj.get("code")
+    envelope_id = obj.get("id")
+    message = obj.get("message")
+    return Error(
+        code=code if isinstance(code, str) else "unknown",
+        id=str(envelope_id) if is_id(envelope_id) else None,
+        message=message[:200] if isinstance(message, str) else None,
+    )
+
+
+_PARSERS: dict[str, Callable[[dict[str, object]], Frame]] = {
+    "challenge": _parse_challenge,
+    "auth": _parse_auth,
+    "ready": _parse_ready,
+    "deliver": _parse_deliver,
+    "ack": _parse_ack,
+    "send": _parse_send,
+    "sent": _parse_sent,
+    "error": _parse_error,
+}
+
+
+def _dump(obj: Mapping[str, object]) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_envelope(envelope: dict[str, object]) -> str:
+    """An envelope as compact JSON text, the form the relay stores and forwards."""
+    return _dump(envelope)
+
+
+def challenge_frame(nonce: bytes) -> str:
+    return _dump({"type": "challenge", "nonce": b64u_encode(nonce)})
+
+
+def auth_frame_text(frame: Mapping[str, object]) -> str:
+    """The ``auth`` frame built by :func:`bot.protocol.relayauth.auth_frame`, as text."""
+    return _dump(frame)
+
+
+def ready_frame(session_id: str) -> str:
+    return _dump({"type": "ready", "id": session_id})
+
+
+def deliver_frame(envelope_json: str) -> str:
+    """A ``deliver`` frame around an envelope already encoded by :func:`encode_envelope`."""
+    return '{"type":"deliver","envelope":' + envelope_json + "}"
+
+
+def ack_frame(envelope_id: str) -> str:
+    return _dump({"type": "ack", "id": envelope_id})
+
+
+def send_frame(envelope_json: str) -> str:
+    """A ``send`` frame around an envelope already encoded by :func:`encode_envelope`."""
+    return '{"type":"send","envelope":' + envelope_json + "}"
+
+
+def sent_frame(envelope_id: str) -> str:
+    return _dump({"type": "sent", "id": envelope_id})
+
+
+def error_frame(code: str, envelope_id: str | None = None, message: str | None = None) -> str:
+    obj: dict[str, object] = {"type": "error", "code": code}
+    if envelope_id is not None:
+        obj["id"] = envelope_id
+    if message is not None:
+        obj["message"] = message
+    return _dump(obj)

@@ -1,0 +1,428 @@
+"""The relay client against the real relay over loopback: nothing lost, nothing applied
+twice, whatever dies in between."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+
+from bot.errors import RelayError
+from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import raw_payload
+from bot.relay.client import EnvelopeHandler, MemoryOutbox, Outbox, RelayClient
+from bot.relay.frames import challenge_frame
+from bot.relay.server import RelayServer
+from bot.store import Store
+
+TIMEOUT = 10.0
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    """Wait until ``predicate()`` holds, checking every few milliseconds."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def envelope(sender: Identity, recipient: Identity, n: int = 0) -> dict[str, object]:
+    payload = raw_payload("inbox_request", {"since_rev": n})
+    sealed = seal(payload, sender=sender, recipient=recipient.card, ts_ms=int(time.time() * 1000))
+    return sealed.to_json()
+
+
+class Peer:
+    """One identity with a relay client, an in-memory outbox and a recording handler."""
+
+    def __init__(
+        self,
+        url: str,
+        identity: Identity,
+        *,
+        handler: EnvelopeHandler | None = None,
+        on_ready: Callable[[], Awaitable[None]] | None = None,
+        open_timeout: float = 2.0,
+        outbox: Outbox | None = None,
+    ) -> None:
+        self.url = url
+        self.identity = identity
+        self.outbox = MemoryOutbox()
+        self.received: list[dict[str, object]] = []
+        self.client = RelayClient(
+            url,
+            identity,
+            handler=handler or self.record,
+            outbox=outbox or self.outbox,
+            on_ready=on_ready,
+            backoff_initial=0.02,
+            backoff_max=0.2,
+            open_timeout=open_timeout,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def record(self, envelope: dict[str, object]) -> None:
+        self.received.append(envelope)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.client.run())
+
+    async def stop(self) -> None:
+        await self.client.stop()
+        assert self._task is not None
+        async with asyncio.timeout(TIMEOUT):
+            await self._task  # run() returned: it never raised
+
+    def send(self, recipient: Identity, n: int = 0) -> dict[str, object]:
+        env = envelope(self.identity, recipient, n)
+        self.outbox.add(self.url, env)
+        self.client.wake()
+        return env
+
+
+class AppliedLog:
+    """What a recipient durably applied: a replay set and an applied table in one SQLite
+    file, written in one transaction per envelope (the model of "processed")."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS applied (envelope_id TEXT PRIMARY KEY, n INTEGER)"
+        )
+        self.duplicates = 0
+
+    def apply(self, envelope: dict[str, object]) -> bool:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            seen = self._db.execute(
+                "SELECT 1 FROM applied WHERE envelope_id = ?", (envelope["id"],)
+            ).fetchone()
+            if seen:
+                self.duplicates += 1
+                return False
+            self._db.execute("INSERT INTO applied VALUES (?, ?)", (envelope["id"], self.count()))
+        return True
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM applied").fetchone()[0])
+
+    def ids(self) -> set[str]:
+        return {row[0] for row in self._db.execute("SELECT envelope_id FROM applied")}
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class RelayProcess:
+    """``skald-telegram relay`` in a child process, so it can really be killed."""
+
+    def __init__(self, process: asyncio.subprocess.Process, url: str) -> None:
+        self.process = process
+        self.url = url
+        self._drain = asyncio.create_task(self._discard_output())
+
+    @classmethod
+    async def start(cls, data: Path, port: int = 0) -> RelayProcess:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "bot", "relay", "--port", str(port), "--data", str(data)),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert process.stderr is not None
+        async with asyncio.timeout(30):
+            while True:
+                line = (await process.stderr.readline()).decode()
+                assert line, "the relay exited"
+                if match := re.search(r"relay listening on (ws://\S+)", line):
+                    return cls(process, match.group(1))
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+    async def _discard_output(self) -> None:
+        assert self.process.stderr is not None
+        while await self.process.stderr.readline():
+            pass
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        await self.process.wait()
+        await self._drain
+
+
+@pytest.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
+    async with RelayServer(tmp_path / "relay") as server:
+        yield server
+
+
+@pytest.fixture
+def alice() -> Identity:
+    return Identity.generate("alice")
+
+
+@pytest.fixture
+def bob() -> Identity:
+    return Identity.generate("bob")
+
+
+async def test_delivery_both_ways(relay: RelayServer, alice: Identity, bob: Identity) -> None:
+    a, b = Peer(relay.url, alice), Peer(relay.url, bob)
+    a.start()
+    b.start()
+    to_bob = [a.send(bob, n) for n in range(5)]
+    to_alice = b.send(alice)
+    await eventually(lambda: len(b.received) == 5 and len(a.received) == 1)
+    assert b.received == to_bob
+    assert a.received == [to_alice]
+    await eventually(lambda: len(a.outbox) == 0 and len(b.outbox) == 0)
+    assert a.client.connected
+    status = a.client.status()
+    assert (status.url, status.connected, status.reconnects) == (relay.url, True, 0)
+    await a.stop()
+    await b.stop()
+    assert not a.client.connected
+
+
+async def test_queued_for_an_offline_client(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a = Peer(relay.url, alice)
+    a.start()
+    sent = [a.send(bob, n) for n in range(3)]
+    await eventually(lambda: len(a.outbox) == 0)  # the relay holds them now
+    await a.stop()
+    b = Peer(relay.url, bob)
+    b.start()
+    await eventually(lambda: len(b.received) == 3)
+    assert b.received == sent
+    await b.stop()
+
+
+async def test_the_durable_outbox_survives_a_restart(
+    relay: RelayServer, alice: Identity, bob: Identity, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "bot.sqlite3")
+    written = [envelope(alice, bob, n) for n in range(3)]
+    for n, env in enumerate(written):
+        store.outbox_add(relay.url, env, now_ms=n)
+    store.close()  # the process ends before anything reached the relay
+    reopened = Store.open(tmp_path / "bot.sqlite3")
+    a, b = Peer(relay.url, alice, outbox=reopened), Peer(relay.url, bob)
+    a.start()
+    b.start()
+    await eventually(lambda: len(b.received) == 3 and reopened.outbox_depth() == 0)
+    assert b.received == written
+    await a.stop()
+    await b.stop()
+    reopened.close()
+
+
+async def test_a_failing_handler_gets_the_envelope_again_next_session(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    calls: list[object] = []
+
+    async def flaky(envelope: dict[str, object]) -> None:
+        calls.append(envelope["id"])
+        if len(calls) == 1:
+            raise RuntimeError("disk full")
+
+    a, b = Peer(relay.url, alice), Peer(relay.url, bob, handler=flaky)
+    a.start()
+    b.start()
+    env = a.send(bob)
+    await eventually(lambda: len(calls) == 1)
+    await b.stop()
+    b.start()
+    await eventually(lambda: len(calls) == 2)
+    assert calls == [env["id"], env["id"]]
+    await a.stop()
+    await b.stop()
+
+
+async def test_killed_between_receive_and_ack(
+    relay: RelayServer, alice: Identity, bob: Identity, tmp_path: Path
+) -> None:
+    applied = AppliedLog(tmp_path / "bob.sqlite3")
+    arrived = asyncio.Event()
+
+    async def dies_after_applying(envelope: dict[str, object]) -> None:
+        applied.apply(envelope)
+        arrived.set()
+        await asyncio.Event().wait()  # killed here, before the ack
+
+    a = Peer(relay.url, alice)
+    a.start()
+    env = a.send(bob)
+    first = Peer(relay.url, bob, handler=dies_after_applying)
+    first.start()
+    async with asyncio.timeout(TIMEOUT):
+        await arrived.wait()
+    await first.stop()
+    applied.close()
+
+    restarted = AppliedLog(tmp_path / "bob.sqlite3")
+    handled: list[bool] = []
+
+    async def applies(envelope: dict[str, object]) -> None:
+        handled.append(restarted.apply(envelope))
+
+    second = Peer(relay.url, bob, handler=applies)
+    second.start()
+    await eventually(lambda: len(handled) == 1)
+    assert handled == [False]  # redelivered, recognised, not applied again
+    assert restarted.ids() == {env["id"]}
+    await second.stop()
+    await a.stop()
+    restarted.close()
+
+
+async def test_relay_killed_and_restarted_mid_stream(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    data = tmp_path / "relay"
+    relay = await RelayProcess.start(data)
+    applied = AppliedLog(tmp_path / "bob.sqlite3")
+    stalled, resume = asyncio.Event(), asyncio.Event()
+
+    async def applies(envelope: dict[str, object]) -> None:
+        applied.apply(envelope)
+        if applied.count() == 6 and not resume.is_set():
+            stalled.set()
+            await resume.wait()  # the relay dies while this envelope is unacknowledged
+
+    a, b = Peer(relay.url, alice), Peer(relay.url, bob, handler=applies)
+    a.start()
+    b.start()
+    first_half = [a.send(bob, n) for n in range(15)]
+    async with asyncio.timeout(TIMEOUT):
+        await stalled.wait()
+    await relay.kill()
+    second_half = [a.send(bob, n) for n in range(15, 30)]  # written while the relay is down
+    relay = await RelayProcess.start(data, port=relay.port)
+    resume.set()
+    await eventually(lambda: applied.count() == 30 and len(a.outbox) == 0)
+    assert applied.ids() == {env["id"] for env in first_half + second_half}
+    assert applied.duplicates >= 1  # the unacknowledged one came back and was recognised
+    assert a.client.status().reconnects >= 1
+    await a.stop()
+    await b.stop()
+    await relay.kill()
+    applied.close()
+
+
+async def test_on_ready_after_every_reconnection(tmp_path: Path, alice: Identity) -> None:
+    readies: list[bool] = []
+
+    async def on_ready() -> None:
+        readies.append(True)
+
+    async with RelayServer(tmp_path) as first:
+        port = first.port
+        a = Peer(first.url, alice, on_ready=on_ready)
+        a.start()
+        await eventually(lambda: len(readies) == 1)
+    await eventually(lambda: not a.client.connected)
+    assert a.client.status().last_error is not None
+    async with RelayServer(tmp_path, port=port):
+        await eventually(lambda: len(readies) == 2 and a.client.connected)
+        assert a.client.status().reconnects >= 1
+        await a.stop()
+
+
+async def test_refused_envelopes_do_not_loop(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a, b = Peer(relay.url, alice), Peer(relay.url, bob)
+    a.outbox.add(relay.url, envelope(bob, alice))  # from someone else: bad_envelope
+    a.outbox.add(relay.url, {**envelope(alice, bob), "pad": "x" * MAX_ENVELOPE_BYTES})
+    good = a.send(bob)
+    a.start()
+    b.start()
+    await eventually(lambda: len(a.outbox) == 0 and len(b.received) == 1)
+    assert b.received == [good]
+    assert a.client.connected
+    await a.stop()
+    await b.stop()
+
+
+async def test_queue_full_is_retried(tmp_path: Path, alice: Identity, bob: Identity) -> None:
+    async with RelayServer(tmp_path, queue_cap=1) as relay:
+        a = Peer(relay.url, alice)
+        a.start()
+        sent = [a.send(bob, n) for n in range(3)]
+        await eventually(lambda: len(a.outbox) == 2)  # one taken, two refused for now
+        b = Peer(relay.url, bob)
+        b.start()
+        await eventually(lambda: len(b.received) == 3)
+        assert b.received == sent
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_relay_that_never_answers_is_given_up_and_retried(alice: Identity) -> None:
+    attempts: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        attempts.append(writer)
+        await reader.read()  # never writes a byte; returns when the client hangs up
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    a = Peer(f"ws://127.0.0.1:{port}/v1/connect", alice, open_timeout=0.2)
+    a.start()
+    await eventually(lambda: len(attempts) >= 2)
+    assert not a.client.connected
+    assert "timed out" in str(a.client.status().last_error)
+    await a.stop()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_relay_that_never_confirms_auth_is_given_up(alice: Identity) -> None:
+    challenges: list[bool] = []
+
+    async def mute(ws: ServerConnection) -> None:
+        await ws.send(challenge_frame(bytes(32)))
+        challenges.append(True)
+        await ws.wait_closed()
+
+    async with serve(mute, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        a = Peer(f"ws://127.0.0.1:{port}/v1/connect", alice, open_timeout=0.2)
+        a.start()
+        await eventually(lambda: len(challenges) >= 2)
+        assert not a.client.connected
+        await a.stop()
+
+
+async def test_stop_while_the_relay_is_unreachable(alice: Identity) -> None:
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    a = Peer(f"ws://127.0.0.1:{port}/v1/connect", alice)
+    a.start()
+    await eventually(lambda: a.client.status().reconnects >= 2)
+    assert a.client.status().last_error
+    await a.stop()
+
+
+def test_a_bad_url_is_refused(alice: Identity) -> None:
+    async def ignore(envelope: dict[str, object]) -> None:
+        return None
+
+    with pytest.raises(RelayError):
+        RelayClient("http://example.org/", alice, handler=ignore, outbox=MemoryOutbox())

@@ -1,0 +1,312 @@
+"""The built-in relay (protocol §4), driven frame by frame over real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from bot.protocol.encoding import b64u_decode, b64u_encode
+from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import raw_payload
+from bot.protocol.relayauth import auth_frame
+from bot.relay.queue import RelayQueue
+from bot.relay.server import RelayServer
+
+TIMEOUT = 5.0
+
+
+@pytest.fixture
+async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
+    async with RelayServer(tmp_path / "relay", queue_cap=3) as server:
+        yield server
+
+
+@pytest.fixture
+def alice() -> Identity:
+    return Identity.generate("alice")
+
+
+@pytest.fixture
+def bob() -> Identity:
+    return Identity.generate("bob")
+
+
+async def recv(ws: ClientConnection) -> dict[str, object]:
+    async with asyncio.timeout(TIMEOUT):
+        frame = json.loads(await ws.recv())
+    assert isinstance(frame, dict)
+    return frame
+
+
+async def send(ws: ClientConnection, frame: object) -> None:
+    await ws.send(json.dumps(frame))
+
+
+async def session(url: str, identity: Identity) -> ClientConnection:
+    ws = await connect(url)
+    challenge = await recv(ws)
+    assert challenge["type"] == "challenge"
+    assert len(b64u_decode(str(challenge["nonce"]))) == 32
+    await send(ws, auth_frame(identity, b64u_decode(str(challenge["nonce"]))))
+    assert await recv(ws) == {"type": "ready", "id": identity.id}
+    return ws
+
+
+def envelope(sender: Identity, recipient: Identity, n: int = 0) -> dict[str, object]:
+    payload = raw_payload("inbox_request", {"since_rev": n})
+    sealed = seal(payload, sender=sender, recipient=recipient.card, ts_ms=int(time.time() * 1000))
+    return sealed.to_json()
+
+
+async def closed_code(ws: ClientConnection) -> int | None:
+    async with asyncio.timeout(TIMEOUT):
+        await ws.wait_closed()
+    return ws.close_code
+
+
+async def test_send_deliver_ack(relay: RelayServer, alice: Identity, bob: Identity) -> None:
+    a = await session(relay.url, alice)
+    b = await session(relay.url, bob)
+    env = envelope(alice, bob)
+    await send(a, {"type": "send", "envelope": env})
+    assert await recv(a) == {"type": "sent", "id": env["id"]}
+    assert await recv(b) == {"type": "deliver", "envelope": env}
+    await send(b, {"type": "ack", "id": env["id"]})
+    await b.close()
+    # Acknowledged: the next session gets only what was sent after it.
+    later = envelope(alice, bob, 1)
+    await send(a, {"type": "send", "envelope": later})
+    assert (await recv(a))["type"] == "sent"
+    b = await session(relay.url, bob)
+    assert await recv(b) == {"type": "deliver", "envelope": later}
+    await a.close()
+    await b.close()
+
+
+async def test_offline_queue_redelivers_unacked_oldest_first(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a = await session(relay.url, alice)
+    envs = [envelope(alice, bob, n) for n in range(3)]
+    for env in [*envs, envs[1]]:  # a duplicate id is stored once
+        await send(a, {"type": "send", "envelope": env})
+        assert await recv(a) == {"type": "sent", "id": env["id"]}
+    b = await session(relay.url, bob)
+    assert [(await recv(b))["envelope"] for _ in envs] == envs
+    await send(b, {"type": "ack", "id": envs[0]["id"]})
+    await b.close()
+    b = await session(relay.url, bob)
+    assert [(await recv(b))["envelope"] for _ in envs[1:]] == envs[1:]
+    await a.close()
+    await b.close()
+
+
+async def test_bad_signature_is_refused_with_4401(relay: RelayServer, alice: Identity) -> None:
+    ws = await connect(relay.url)
+    challenge = await recv(ws)
+    frame = auth_frame(alice, b64u_decode(str(challenge["nonce"])))
+    frame["sig"] = b64u_encode(bytes(64))
+    await send(ws, frame)
+    assert await recv(ws) == {
+        "type": "error",
+        "code": "auth_failed",
+        "message": "auth: signature does not verify",
+    }
+    assert await closed_code(ws) == 4401
+
+
+async def test_auth_for_someone_else_is_refused(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    ws = await connect(relay.url)
+    challenge = await recv(ws)
+    frame = auth_frame(alice, b64u_decode(str(challenge["nonce"])))
+    frame["id"] = bob.id
+    await send(ws, frame)
+    assert (await recv(ws))["code"] == "auth_failed"
+    assert await closed_code(ws) == 4401
+
+
+async def test_frames_before_auth_are_refused(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    ws = await connect(relay.url)
+    challenge = await recv(ws)
+    env = envelope(alice, bob)
+    await send(ws, {"type": "send", "envelope": env})
+    refused = await recv(ws)
+    assert (refused["code"], refused["id"]) == ("not_authenticated", env["id"])
+    await send(ws, {"type": "ack", "id": env["id"]})
+    assert (await recv(ws))["code"] == "not_authenticated"
+    await ws.send("garbage")
+    assert (await recv(ws))["code"] == "bad_frame"
+    await send(ws, auth_frame(alice, b64u_decode(str(challenge["nonce"]))))
+    assert await recv(ws) == {"type": "ready", "id": alice.id}
+    await ws.close()
+
+
+async def test_authentication_times_out(tmp_path: Path, alice: Identity) -> None:
+    async with RelayServer(tmp_path, auth_timeout=0.2) as server:
+        ws = await connect(server.url)
+        assert (await recv(ws))["type"] == "challenge"
+        assert await closed_code(ws) == 4408
+
+
+async def test_garbage_frames_get_errors_and_harm_nobody(
+    relay: RelayServer, alice: Identity, bob: Identity, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    a = await session(relay.url, alice)
+    b = await session(relay.url, bob)
+    for garbage in ["{", "[]", '{"type": "teleport"}', '{"type": "ack", "id": 3}', "null"]:
+        await a.send(garbage)
+        assert (await recv(a))["code"] == "bad_frame"
+    await a.send(b"\x00\x01")
+    assert (await recv(a))["code"] == "bad_frame"
+    await send(a, {"type": "ready", "id": alice.id})
+    assert (await recv(a))["code"] == "bad_frame"
+    await send(a, {"type": "send", "envelope": {"v": 1}})
+    assert (await recv(a))["code"] == "bad_envelope"
+    broken = {**envelope(alice, bob), "sig": "not base64!"}
+    await send(a, {"type": "send", "envelope": broken})
+    assert await recv(a) == {
+        "type": "error",
+        "code": "bad_envelope",
+        "id": broken["id"],
+        "message": "malformed: sig: not unpadded base64url",
+    }
+    env = envelope(alice, bob)
+    await send(a, {"type": "send", "envelope": env})
+    assert (await recv(a))["type"] == "sent"
+    assert await recv(b) == {"type": "deliver", "envelope": env}
+    assert str(env["ct"]) not in caplog.text
+    await a.close()
+    await b.close()
+
+
+async def test_spoofed_from_is_refused(relay: RelayServer, alice: Identity, bob: Identity) -> None:
+    a = await session(relay.url, alice)
+    spoofed = envelope(bob, alice)  # claims to come from bob
+    await send(a, {"type": "send", "envelope": spoofed})
+    refused = await recv(a)
+    assert (refused["type"], refused["code"], refused["id"]) == (
+        "error",
+        "bad_envelope",
+        spoofed["id"],
+    )
+    await a.close()
+
+
+async def test_oversized_envelopes(relay: RelayServer, alice: Identity, bob: Identity) -> None:
+    a = await session(relay.url, alice)
+    big = {**envelope(alice, bob), "padding": "x" * MAX_ENVELOPE_BYTES}
+    await send(a, {"type": "send", "envelope": big})
+    refused = await recv(a)
+    assert (refused["code"], refused["id"]) == ("too_large", big["id"])
+    # The session survives an oversized envelope ...
+    env = envelope(alice, bob)
+    await send(a, {"type": "send", "envelope": env})
+    assert (await recv(a))["type"] == "sent"
+    # ... but a message beyond any frame limit is closed by the transport.
+    await a.send("x" * (3 * MAX_ENVELOPE_BYTES))
+    assert await closed_code(a) == 1009
+
+
+async def test_second_session_replaces_the_first(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a = await session(relay.url, alice)
+    env = envelope(alice, bob)
+    await send(a, {"type": "send", "envelope": env})
+    assert (await recv(a))["type"] == "sent"
+    first = await session(relay.url, bob)
+    assert (await recv(first))["envelope"] == env  # delivered, never acknowledged
+    second = await session(relay.url, bob)
+    assert await closed_code(first) == 4409
+    assert (await recv(second))["envelope"] == env
+    live = envelope(alice, bob, 1)
+    await send(a, {"type": "send", "envelope": live})
+    assert (await recv(second))["envelope"] == live
+    await a.close()
+    await second.close()
+
+
+async def test_queue_cap(relay: RelayServer, alice: Identity, bob: Identity) -> None:
+    a = await session(relay.url, alice)
+    for n in range(3):
+        await send(a, {"type": "send", "envelope": envelope(alice, bob, n)})
+        assert (await recv(a))["type"] == "sent"
+    env = envelope(alice, bob, 3)
+    await send(a, {"type": "send", "envelope": env})
+    refused = await recv(a)
+    assert (refused["code"], refused["id"]) == ("queue_full", env["id"])
+    await a.close()
+
+
+async def test_other_paths_are_404(relay: RelayServer) -> None:
+    with pytest.raises(InvalidStatus) as caught:
+        await connect(relay.url.replace("/v1/connect", "/v2/elsewhere"))
+    assert caught.value.response.status_code == 404
+
+
+async def test_queue_survives_a_restart_and_expires(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    data = tmp_path / "relay"
+    queue = RelayQueue.open(data, cap=10)
+    expired = envelope(alice, bob, 0)
+    queue.put(bob.id, str(expired["id"]), json.dumps(expired), now_ms=1)
+    queue.close()
+    kept = envelope(alice, bob, 1)
+    async with RelayServer(data) as first:
+        port = first.port
+        a = await session(first.url, alice)
+        await send(a, {"type": "send", "envelope": kept})
+        assert (await recv(a))["type"] == "sent"
+        await a.close()
+    async with RelayServer(data, port=port) as second:
+        b = await session(second.url, bob)
+        assert (await recv(b))["envelope"] == kept  # the expired one was purged at start
+        await b.close()
+
+
+async def test_connections_close_when_the_relay_stops(tmp_path: Path, alice: Identity) -> None:
+    async with RelayServer(tmp_path) as server:
+        ws = await session(server.url, alice)
+    with pytest.raises(ConnectionClosed):
+        await recv(ws)
+    assert ws.close_code == 1001
+
+
+async def test_relay_command_runs_until_sigterm(tmp_path: Path, alice: Identity) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bot", "relay", "--port", "0", "--data", str(tmp_path / "d")),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    match = None
+    async with asyncio.timeout(30):
+        while match is None:
+            line = (await process.stderr.readline()).decode()
+            assert line, "the relay exited"
+            match = re.search(r"relay listening on (ws://\S+)", line)
+    ws = await session(match.group(1), alice)
+    process.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(TIMEOUT):
+        await ws.wait_closed()
+        rest = (await process.stderr.read()).decode()
+        assert await process.wait() == 0
+    assert "shutting down" in rest
+    assert (tmp_path / "d" / "relay-queue.sqlite3").exists()
