@@ -1,0 +1,354 @@
+"""Approval and question cards: payload dataclasses in, Telegram HTML (plus an optional
+file with the full details) out.
+
+The bot calls :class:`Renderer`; it reads no clock (``now`` is passed in) and sends
+nothing. Every card fits Telegram's limits whatever the input: values are cut to fit and
+the full text travels as an :class:`Attachment`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+
+from bot.errors import RenderError
+from bot.protocol.payloads import Approval, Clarification
+from bot.render.environment import build_environment
+from bot.render.fit import (
+    LIMIT_BYTES,
+    LIMIT_UNITS,
+    Fitted,
+    RenderCard,
+    cut_view,
+    fit_views,
+    measure,
+)
+from bot.render.values import (
+    MASK,
+    BlockView,
+    Masker,
+    SecretsMode,
+    arguments_view,
+    block_view,
+    clean,
+    options_view,
+    question_view,
+    secret_values,
+)
+
+log = logging.getLogger(__name__)
+
+ALERT_CHARS = 200
+"""The longest text Telegram shows in a callback-query alert."""
+
+CardState = Literal["pending", "approved", "denied", "answered", "expired", "cancelled"]
+
+# Room for the parts of a card that are never cut (units, entities): longer ones are
+# shortened with "…" so the blocks always keep some room.
+_NAME_ROOM = (64, 3)
+_TITLE_ROOM = (300, 16)
+_REASON_ROOM = (300, 8)
+_TAP_NAME_ROOM = (32, 2)
+_MAX_TAPS_SHOWN = 10
+_FILENAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file to send with a card: the full details that did not fit."""
+
+    filename: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One approval towards a quorum: who tapped and when."""
+
+    name: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class CardStatus:
+    """Where an item stands; decided states add bold status lines under the card body."""
+
+    state: CardState
+    by: str | None = None
+    """Who decided (display name)."""
+    at: datetime | None = None
+    reason: str | None = None
+    """Why it was denied."""
+    answer: str | None = None
+    """The answer given to a question."""
+    elsewhere: str | None = None
+    """Where it was decided when not on this card, e.g. ``"in Ops team"``."""
+    approvals: tuple[Tap, ...] = ()
+    """The quorum tally so far."""
+    required: int = 1
+
+
+@dataclass(frozen=True)
+class RenderedCard:
+    """A card ready to send: ``html`` for parse mode HTML, ``plain`` its visible text (the
+    fallback when Telegram refuses the HTML), and the file to attach, if any."""
+
+    html: str
+    plain: str
+    attachment: Attachment | None
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """When an item expires, as the templates show it."""
+
+    at: datetime
+    minutes: int
+    expired: bool
+    other_day: bool
+
+
+class Renderer:
+    """Renders cards and messages from Jinja templates.
+
+    ``template_dir`` is an operator's folder of templates that take precedence over the
+    built-in ones, file by file (see :func:`bot.render.environment.build_environment`).
+    """
+
+    def __init__(self, template_dir: Path | None = None) -> None:
+        self._env = build_environment(template_dir)
+        self._approval = self._template("approval.html.j2")
+        self._question = self._template("question.html.j2")
+        self._attachment = self._template("attachment.txt.j2")
+        try:
+            self._macros: Any = self._template("macros.html.j2").module
+        except (jinja2.TemplateError, TypeError, ValueError, AttributeError) as exc:
+            raise RenderError(f"template macros.html.j2 is broken: {exc}") from exc
+
+    def approval_card(
+        self,
+        approval: Approval,
+        *,
+        agent_name: str,
+        secrets: SecretsMode,
+        now: datetime,
+        status: CardStatus | None = None,
+    ) -> RenderedCard:
+        """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
+        spoiler in its own block) or ``"masked"`` (never shown)."""
+        mask = Masker(secret_values(approval.blocks))
+        views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
+        if not views and approval.arguments is not None:
+            views = [arguments_view(approval.arguments, mask=mask)]
+        title = mask(clean(approval.summary)).strip()
+        context = self._header_context(agent_name, approval.expires_at, now, status, mask)
+        context["tool"] = _capped(mask(clean(approval.tool)).strip(), _NAME_ROOM)
+        stem = _filename_part(approval.tool) + "-" + _filename_part(approval.id)
+        return self._card(self._approval, views, title, context, stem)
+
+    def question_card(
+        self,
+        clarification: Clarification,
+        *,
+        agent_name: str,
+        now: datetime,
+        status: CardStatus | None = None,
+    ) -> RenderedCard:
+        """The card for one question, with its options (if any) and an invitation to reply."""
+        mask = Masker(())
+        views = [question_view(clarification.question, mask=mask)]
+        if clarification.options:
+            views.append(options_view(clarification.options, mask=mask))
+        context = self._header_context(agent_name, clarification.expires_at, now, status, mask)
+        context["has_options"] = bool(clarification.options)
+        stem = "question-" + _filename_part(clarification.id)
+        return self._card(self._question, views, None, context, stem)
+
+    def message(self, name: str, /, **context: object) -> str:
+        """Render ``messages/<name>.html.j2`` (the bot's other messages) with ``context``.
+
+        Raises :class:`RenderError` when the template is missing or broken, or when the
+        result is empty or longer than Telegram accepts.
+        """
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise RenderError(f"invalid message template name {name!r}")
+        html = self._render(self._template("messages/" + name + ".html.j2"), context)
+        rendered = measure(html)
+        if not 0 < rendered.units <= LIMIT_UNITS or rendered.size > LIMIT_BYTES:
+            raise RenderError(
+                f"message {name!r} renders to {rendered.units} characters and "
+                f"{rendered.size} bytes; Telegram needs 1-{LIMIT_UNITS} and at most "
+                f"{LIMIT_BYTES}"
+            )
+        return html
+
+    def text(self, name: str, /, **context: object) -> str:
+        """Render ``messages/<name>.txt.j2`` as plain text (not escaped), such as a
+        callback-query alert; longer than :data:`ALERT_CHARS` it is shortened with "…".
+
+        Raises :class:`RenderError` when the template is missing or broken.
+        """
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+            raise RenderError(f"invalid message template name {name!r}")
+        text = clean(self._render(self._template("messages/" + name + ".txt.j2"), context))
+        if len(text) > ALERT_CHARS:
+            text = text[: ALERT_CHARS - 1].rstrip() + "…"
+        return text
+
+    # ------------------------------------------------------------------------------
+
+    def _card(
+        self,
+        template: jinja2.Template,
+        views: Sequence[BlockView],
+        title: str | None,
+        context: dict[str, object],
+        stem: str,
+    ) -> RenderedCard:
+        title_cut = False
+        if title is not None:
+            context["summary"] = _capped(title, _TITLE_ROOM)
+            title_cut = context["summary"] != title
+
+        def render_card(shown: Sequence[BlockView], omitted: int, attachment: bool) -> str:
+            return self._render(
+                template,
+                dict(context, blocks=shown, omitted=omitted, attachment=attachment or title_cut),
+            )
+
+        fitted = fit_views(views, render_card, self._render_block)
+        if fitted is None:
+            fitted = self._minimal_card(views, render_card)
+        attachment = None
+        if fitted.cut or title_cut:
+            attached = list(views) if title_cut else [views[i] for i in fitted.cut]
+            attachment = self._attach(stem, title, attached, verbatim=not title_cut)
+        return RenderedCard(html=fitted.html, plain=fitted.measure.plain, attachment=attachment)
+
+    def _minimal_card(self, views: Sequence[BlockView], render_card: RenderCard) -> Fitted:
+        log.warning("card details do not fit; sending header and summary only")
+        html = render_card((), len(views), True)
+        card = measure(html)
+        if not card.fits():
+            raise RenderError("the card does not fit Telegram's limits even without details")
+        return Fitted(html, card, tuple(range(len(views))))
+
+    def _attach(
+        self, stem: str, title: str | None, views: Sequence[BlockView], *, verbatim: bool
+    ) -> Attachment:
+        views = [_without_secret(view) for view in views]
+        if verbatim and len(views) == 1:
+            view = views[0]
+            return Attachment(stem + _extension(view), view.text.encode("utf-8"))
+        text = self._render(self._attachment, {"title": title or "", "blocks": views})
+        return Attachment(stem + ".txt", text.encode("utf-8"))
+
+    def _header_context(
+        self,
+        agent_name: str,
+        expires_at: datetime | None,
+        now: datetime,
+        status: CardStatus | None,
+        mask: Masker,
+    ) -> dict[str, object]:
+        shown_status = _shown_status(status, mask) if status is not None else None
+        return {
+            "agent_name": _capped(mask(clean(agent_name)).strip(), _NAME_ROOM),
+            "expiry": _expiry(expires_at, now),
+            "status": shown_status,
+            "taps_total": len(status.approvals) if status is not None else 0,
+        }
+
+    def _render_block(self, view: BlockView) -> str:
+        try:
+            return str(self._macros.render_block(view))
+        except (jinja2.TemplateError, TypeError, ValueError, AttributeError) as exc:
+            raise RenderError(f"template macro render_block failed: {exc}") from exc
+
+    def _template(self, name: str) -> jinja2.Template:
+        try:
+            return self._env.get_template(name)
+        except jinja2.TemplateNotFound as exc:
+            raise RenderError(f"template {name} not found") from exc
+        except jinja2.TemplateSyntaxError as exc:
+            raise RenderError(f"template {name} line {exc.lineno}: {exc.message}") from exc
+
+    def _render(self, template: jinja2.Template, context: dict[str, object]) -> str:
+        try:
+            return template.render(context).strip(" \n")
+        except (jinja2.TemplateError, TypeError, ValueError, AttributeError) as exc:
+            raise RenderError(f"template {template.name} failed: {exc}") from exc
+
+
+def _capped(text: str, room: tuple[int, int]) -> str:
+    """``text`` shortened with "…" to the given (units, entities) room, at a space when
+    one is near the end."""
+    view = cut_view(BlockView("row", "string", "", text), *room)
+    if not view.cut:
+        return text
+    kept = view.text
+    space = kept.rfind(" ")
+    if space > len(kept) * 3 // 4:
+        kept = kept[:space]
+    return kept.rstrip() + "…"
+
+
+def _shown_status(status: CardStatus, mask: Masker) -> CardStatus:
+    def shown(text: str | None, room: tuple[int, int] = _NAME_ROOM) -> str | None:
+        shown_text = mask(clean(text)).strip() if text else ""
+        return _capped(shown_text, room) if shown_text else None
+
+    taps = tuple(
+        Tap(shown(tap.name, _TAP_NAME_ROOM) or "?", tap.at)
+        for tap in status.approvals[:_MAX_TAPS_SHOWN]
+    )
+    return replace(
+        status,
+        by=shown(status.by),
+        reason=shown(status.reason, _REASON_ROOM),
+        answer=shown(status.answer, _REASON_ROOM),
+        elsewhere=shown(status.elsewhere),
+        approvals=taps,
+    )
+
+
+def _expiry(expires_at: datetime | None, now: datetime) -> Expiry | None:
+    if expires_at is None:
+        return None
+    at, now = _utc(expires_at), _utc(now)
+    seconds = (at - now).total_seconds()
+    return Expiry(
+        at=at,
+        minutes=max(int(seconds // 60), 0),
+        expired=seconds <= 0,
+        other_day=at.date() != now.date(),
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _without_secret(view: BlockView) -> BlockView:
+    if view.kind in ("secret", "masked"):
+        return replace(view, text=MASK)
+    return view
+
+
+def _extension(view: BlockView) -> str:
+    if view.kind == "diff":
+        return ".diff"
+    if view.kind == "json" and view.language == "json":
+        return ".json"
+    return ".txt"
+
+
+def _filename_part(text: str) -> str:
+    return _FILENAME_PART.sub("_", text)[:40].strip("._") or "item"

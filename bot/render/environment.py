@@ -1,0 +1,130 @@
+"""The Jinja environment every card and message is rendered with.
+
+Templates are looked up in an operator's folder first (when given), then in the built-in
+``templates/`` folder, so an operator overrides a single file by dropping a file with the
+same name into their folder. HTML templates (``*.html.j2``) are autoescaped for Telegram's
+HTML parse mode: only ``&``, ``<``, ``>`` and ``"`` are escaped; plain-text templates
+(``*.txt.j2``) are not escaped at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import jinja2
+from jinja2.nodes import EvalContext
+from markupsafe import Markup
+
+import bot
+from bot.errors import RenderError
+from bot.render.markdown import markdown_to_html
+
+log = logging.getLogger(__name__)
+
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})
+
+
+def escape(text: str) -> str:
+    """Escape text for Telegram HTML: ``&``, ``<``, ``>`` and ``"``, nothing else."""
+    return text.translate(_ESCAPES)
+
+
+def builtin_template_dir() -> Path:
+    """The built-in templates: inside the package when installed from a wheel (pyproject
+    force-includes ``templates/`` as ``bot/templates/``), else the source checkout's
+    ``templates/`` next to the ``bot`` package."""
+    package = Path(bot.__file__).resolve().parent
+    for candidate in (package / "templates", package.parent / "templates"):
+        if candidate.is_dir():
+            return candidate
+    raise RenderError(f"built-in templates not found next to {package}")
+
+
+def build_environment(template_dir: Path | None = None) -> jinja2.Environment:
+    """A Jinja environment over ``template_dir`` (optional, searched first) and the
+    built-in templates, with Telegram-safe autoescaping and ``StrictUndefined``.
+
+    ``template_dir`` is the operator's knob for restyling cards and messages: a folder
+    holding any of ``approval.html.j2``, ``question.html.j2``, ``macros.html.j2``,
+    ``attachment.txt.j2`` or ``messages/<name>.html.j2``; files it lacks fall back to the
+    built-in ones. Templates are read once and cached (changes need a restart).
+    """
+    loaders: list[jinja2.BaseLoader] = []
+    if template_dir is not None:
+        if not template_dir.is_dir():
+            raise RenderError(f"template folder {template_dir} does not exist")
+        loaders.append(jinja2.FileSystemLoader(template_dir))
+    loaders.append(jinja2.FileSystemLoader(builtin_template_dir()))
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        autoescape=_autoescape,
+        finalize=_finalize,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+        auto_reload=False,
+    )
+    env.filters.update(
+        hhmm=hhmm,
+        day=day,
+        offset=utc_offset,
+        thousands=thousands,
+        markdown=_markdown_filter,
+    )
+    return env
+
+
+def _autoescape(name: str | None) -> bool:
+    return name is None or not name.endswith(".txt.j2")
+
+
+@jinja2.pass_eval_context
+def _finalize(context: EvalContext, value: object) -> object:
+    """Escape every interpolated value ourselves (Jinja's default turns ``'`` into
+    ``&#39;``); values that are already markup pass through."""
+    if value is None:
+        return ""
+    if not context.autoescape or hasattr(value, "__html__"):
+        return value
+    return Markup(escape(str(value)))
+
+
+def _as_utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def hhmm(moment: datetime) -> str:
+    """``10:03``: the time of day in UTC (the zone the bot speaks in)."""
+    return _as_utc(moment).strftime("%H:%M")
+
+
+def day(moment: datetime | date) -> str:
+    """``Sat 29 Nov``: the day in UTC."""
+    if isinstance(moment, datetime):
+        moment = _as_utc(moment)
+    return moment.strftime("%a ") + str(moment.day) + moment.strftime(" %b")
+
+
+def utc_offset(moment: datetime) -> str:
+    """``+01:00`` for a time with a non-zero offset, ``""`` for UTC or a naive time."""
+    offset = moment.utcoffset()
+    if not offset:
+        return ""
+    minutes = int(offset.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    hours, minutes = divmod(abs(minutes), 60)
+    return sign + str(hours).zfill(2) + ":" + str(minutes).zfill(2)
+
+
+def thousands(number: int) -> str:
+    """``1,240``."""
+    return format(number, ",")
+
+
+def _markdown_filter(text: str, quotes: bool = True) -> Markup:
+    return Markup(markdown_to_html(text, quotes=quotes))

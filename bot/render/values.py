@@ -1,0 +1,304 @@
+"""Turn blocks and their JSON values into :class:`BlockView`: the plain text a template
+shows, plus what the template needs to pick a widget (kind, language, link, parsed time).
+
+Everything that reaches a template passes through here first: lone surrogates and control
+characters are replaced, and every secret is masked wherever it occurs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Literal
+
+from bot.protocol.payloads import JSON, Block
+from bot.render.markdown import http_link
+
+SecretsMode = Literal["spoiler", "masked"]
+
+MASK = "••••••"
+"""What a secret is replaced with wherever it must not be shown."""
+
+MIN_SECRET_CHARS = 4
+"""Shorter secrets are only hidden in their own block: masking ``"a"`` everywhere would
+mangle the card and reveal more than it hides."""
+
+LONG_TEXT_LINES = 4
+LONG_TEXT_CHARS = 300
+"""Text longer than this goes into an expandable quote."""
+
+_LAYOUTS = {"key_value": "row", "field": "field", "block": "block"}
+_KINDS = frozenset(
+    {
+        "string", "text", "markdown", "code", "diff", "command", "email", "url", "path",
+        "json", "number", "boolean", "datetime", "secret",
+    }
+)  # fmt: skip
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+_DROPPED_CHARS = re.compile("[\u2028-\u202e\u0333\u033f\u030a]")
+"""Characters Telegram silently removes from a message: removing them first keeps what
+is measured equal to what is shown."""
+_SHEBANG_PROGRAM = re.compile(r"([A-Za-z][A-Za-z0-9_+-]{0,31}?)[0-9.]*")
+_TRUE_WORDS = frozenset(("true", "yes", "on", "1"))
+_FALSE_WORDS = frozenset(("false", "no", "off", "0"))
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """One block as the templates see it.
+
+    ``layout`` is ``row`` (key_value), ``field``, ``block``, ``arguments`` (raw arguments
+    when there are no blocks), ``question`` or ``options``. ``kind`` selects the value
+    macro: a wire ``value_type``, ``masked`` for a hidden secret or ``options``.
+    ``text`` is what is shown (already masked) and what gets cut to fit; ``more_lines`` /
+    ``more_chars`` say how much was cut; ``lost_chars`` how much was cut before arrival.
+    """
+
+    layout: str
+    kind: str
+    label: str
+    text: str
+    language: str = ""
+    link: bool = False
+    when: datetime | None = None
+    date_only: bool = False
+    flag: bool | None = None
+    secret_chars: int = 0
+    expandable: bool = False
+    more_lines: int = 0
+    more_chars: int = 0
+    lost_chars: int = 0
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.more_lines or self.more_chars)
+
+    @property
+    def standalone(self) -> bool:
+        """Whether the value is a block of its own (a ``<pre>``, a quote or several lines
+        of Markdown) rather than text that can follow its label on the same line."""
+        return (
+            self.kind in ("code", "diff", "json")
+            or self.expandable
+            or (self.kind in ("command", "markdown") and "\n" in self.text)
+        )
+
+
+def clean(text: str) -> str:
+    """Replace what Telegram cannot carry (lone surrogates, control characters) with
+    U+FFFD and drop what it would remove; CR and CRLF become LF, a tab four spaces.
+
+    Every change maps characters independently of their neighbours (CRLF aside), so a
+    secret's cleaned form is found in any cleaned text that held the secret.
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\t" in text:
+        text = text.replace("\t", "    ")
+    if _BAD_CHARS.search(text):
+        text = _BAD_CHARS.sub("\ufffd", text)
+    if _DROPPED_CHARS.search(text):
+        text = _DROPPED_CHARS.sub("", text)
+    return text
+
+
+class Masker:
+    """Replaces every secret in a cleaned text with :data:`MASK`: as it reads, and as it
+    reads inside JSON text (where tabs, newlines and quotes are escaped)."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            for form in (clean(secret), clean(json.dumps(secret, ensure_ascii=False)[1:-1])):
+                if len(form) >= MIN_SECRET_CHARS:
+                    forms.add(form)
+        # Longest first, so a secret holding a shorter one leaves nothing behind.
+        self._forms = sorted(forms, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, MASK)
+        return text
+
+
+def secret_values(blocks: Iterable[Block]) -> list[str]:
+    """The text of every secret block, as received."""
+    return [plain_text(b.value) for b in blocks if b.value_type == "secret"]
+
+
+def plain_text(value: JSON) -> str:
+    """A JSON value as one plain string: strings as they are, other values as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return _int_text(value)
+    if isinstance(value, float):
+        return repr(value)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return "…"
+
+
+def pretty_json(value: JSON) -> str:
+    """Indented JSON for a ``json`` block or raw arguments."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        return plain_text(value)
+
+
+def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView:
+    """The view of one block. Unknown ``type`` or ``value_type``: a plain-text row.
+    A ``secret`` is hidden whatever its layout."""
+    label = mask(clean(block.label)).strip()
+    layout = _LAYOUTS.get(block.type)
+    value_type = block.value_type
+    if value_type == "secret":
+        text = clean(plain_text(block.value))
+        if secrets == "spoiler":
+            return _view(layout or "row", "secret", label, text, block)
+        return BlockView(layout or "row", "masked", label, "", secret_chars=len(text))
+    if layout is None or value_type not in _KINDS:
+        return _view("row", "string", label, mask(clean(plain_text(block.value))), block)
+    if value_type == "json":
+        return _json_view(layout, label, block, mask)
+    text = mask(clean(plain_text(block.value)))
+    if value_type == "url":
+        return _view(layout, "url", label, text, block, link=http_link(text))
+    if value_type == "boolean":
+        return _view(layout, "boolean", label, text, block, flag=_boolean(block.value))
+    if value_type == "datetime":
+        when, date_only = _datetime(block.value)
+        return _view(layout, "datetime", label, text, block, when=when, date_only=date_only)
+    if value_type == "diff":
+        return _view(layout, "diff", label, text, block, language="diff")
+    if value_type == "code":
+        return _view(layout, "code", label, text, block, language=_shebang_language(text))
+    if value_type in ("text", "markdown", "string"):
+        return _view(layout, value_type, label, text, block, expandable=is_long(text))
+    return _view(layout, value_type, label, text, block)
+
+
+def arguments_view(arguments: JSON, *, mask: Masker) -> BlockView:
+    """Raw arguments as pretty JSON: the fallback when an approval has no blocks."""
+    return BlockView("arguments", "json", "", _shown(mask(clean(pretty_json(arguments)))), "json")
+
+
+def question_view(question: str, *, mask: Masker) -> BlockView:
+    text = _shown(mask(clean(question)))
+    return BlockView("question", "text", "", text, expandable=is_long(text))
+
+
+def options_view(options: Iterable[str], *, mask: Masker) -> BlockView:
+    """A question's options, one per line (an option's own line breaks become spaces)."""
+    lines = [mask(clean(option)).replace("\n", " ").strip() for option in options]
+    return BlockView("options", "options", "", "\n".join(lines))
+
+
+def is_long(text: str) -> bool:
+    return len(text) > LONG_TEXT_CHARS or text.count("\n") >= LONG_TEXT_LINES
+
+
+def _view(
+    layout: str,
+    kind: str,
+    label: str,
+    text: str,
+    block: Block,
+    *,
+    language: str = "",
+    link: bool = False,
+    when: datetime | None = None,
+    date_only: bool = False,
+    flag: bool | None = None,
+    expandable: bool = False,
+) -> BlockView:
+    return BlockView(
+        layout,
+        kind,
+        label,
+        _shown(text),
+        language=language,
+        link=link,
+        when=when,
+        date_only=date_only,
+        flag=flag,
+        expandable=expandable,
+        lost_chars=block.truncated_chars,
+    )
+
+
+def _shown(text: str) -> str:
+    """Whitespace-only text is shown as empty (Telegram drops whitespace-only entities)."""
+    return text if text.strip() else ""
+
+
+def _json_view(layout: str, label: str, block: Block, mask: Masker) -> BlockView:
+    value = block.value
+    language = "json"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            language = ""
+    text = block.value if language == "" else pretty_json(value)
+    return _view(layout, "json", label, mask(clean(str(text))), block, language=language)
+
+
+def _int_text(value: int) -> str:
+    try:
+        return str(value)
+    except ValueError:  # more digits than Python agrees to print
+        return "≈ 10^" + str(int(value.bit_length() * 0.30103))
+
+
+def _boolean(value: JSON) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+    return None
+
+
+def _datetime(value: JSON) -> tuple[datetime | None, bool]:
+    if not isinstance(value, str) or len(value) > 64:
+        return None, False
+    text = value.strip()
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        pass
+    else:
+        return datetime(day.year, day.month, day.day), True
+    try:
+        return datetime.fromisoformat(text), False
+    except ValueError:
+        return None, False
+
+
+def _shebang_language(code: str) -> str:
+    """The language a ``#!`` line names (``python3`` → ``python``), or ``""``."""
+    if not code.startswith("#!"):
+        return ""
+    words = code[2 : code.find("\n") if "\n" in code else len(code)].split()
+    if not words:
+        return ""
+    program = words[0].rsplit("/", 1)[-1]
+    if program == "env":
+        rest = [word for word in words[1:] if not word.startswith("-")]
+        program = rest[0] if rest else ""
+    match = _SHEBANG_PROGRAM.fullmatch(program)
+    return match.group(1).lower() if match else ""
