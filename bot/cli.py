@@ -29,10 +29,32 @@ def _build_parser() -> argparse.ArgumentParser:
     identity = sub.add_parser("identity", help="print this device's public card")
     _add_config_option(identity)
 
+    run = sub.add_parser("run", help="run the bot (Telegram long polling + relay sessions)")
+    _add_config_option(run)
+
+    pair = sub.add_parser("pair", help="pair with an agent and bind it to a chat")
+    _add_config_option(pair)
+    pair.add_argument("--chat", type=int, required=True, help="Telegram chat id to bind to")
+    pair.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    pair.add_argument("uri", help="the agent's pairing link: 'skald-pair:v1?…'")
+
+    health = sub.add_parser("health", help="exit 0 if the running bot's status is fresh")
+    _add_config_option(health)
+
+    audit = sub.add_parser("audit", help="export the audit trail")
+    _add_config_option(audit)
+    audit.add_argument("--chat", type=int, help="only this chat")
+    audit.add_argument("--since", help="only records at or after this ISO 8601 time")
+    audit.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+
     relay = sub.add_parser("relay", help="run the built-in zero-trust relay")
     relay.add_argument("--host", default="127.0.0.1", help="address to listen on")
     relay.add_argument("--port", type=int, default=8765, help="port to listen on")
     relay.add_argument("--data", default="./relay-data", help="folder for the relay's queue")
+    relay.add_argument("--queue-cap", type=int, default=10_000,
+                       help="envelopes kept per offline recipient (default: 10000)")
+    relay.add_argument("--max-age", type=int, default=7 * 24 * 3600,
+                       help="seconds an undelivered envelope is kept (default: 604800, 7 days)")
 
     render = sub.add_parser("render", help="print the Telegram card(s) for a payload file")
     render.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
@@ -49,10 +71,10 @@ def _add_config_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "identity":
-        from bot.commands import identity_command
+    if args.command in ("identity", "run", "pair", "audit", "health"):
+        from bot import commands
 
-        return identity_command(args)
+        return int(getattr(commands, f"{args.command}_command")(args))
     if args.command == "relay":
         from bot.relay.server import relay_command
 

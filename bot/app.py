@@ -1,0 +1,201 @@
+"""The bot process: python-telegram-bot, the relay sessions, the card worker and the timers,
+all in one asyncio loop, stopped cleanly by SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from telegram import Chat, LinkPreviewOptions, User
+from telegram import error as tg_error
+from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaults
+
+from bot.bridge import Bridge
+from bot.config import Config
+from bot.errors import TelegramError
+from bot.health import HEARTBEAT_S, write_status
+from bot.keyfile import load_or_create_identity
+from bot.relays import RelayPool
+from bot.render import Renderer
+from bot.store import Store
+from bot.tg.approvers import Approvers, is_private
+from bot.tg.gateway import Gateway
+from bot.tg.handlers import Handlers
+from bot.tg.timers import Timers
+from bot.tg.worker import CardWorker
+
+log = logging.getLogger(__name__)
+
+ALLOWED_UPDATES = ["message", "callback_query", "my_chat_member", "chat_member"]
+OnStart = Callable[[Chat, User], Awaitable[None]]
+
+
+def build_application(config: Config) -> Application:  # type: ignore[type-arg]
+    """A PTB application for ``config``: HTML by default, link previews off, rate-limited."""
+    return (
+        ApplicationBuilder()
+        .token(config.token)
+        .base_url(f"{config.api_url}/bot")
+        .base_file_url(f"{config.api_url}/file/bot")
+        .rate_limiter(AIORateLimiter(max_retries=3))
+        .defaults(Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True)))
+        .build()
+    )
+
+
+@dataclass
+class Running:
+    """The parts of a running bot, for the demo and tests to reach."""
+
+    application: Application  # type: ignore[type-arg]
+    bridge: Bridge
+    store: Store
+    relays: RelayPool
+    worker: CardWorker
+    timers: Timers
+    handlers: Handlers
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class Bot:
+    """Start, run and stop the whole bot; usable as ``async with Bot(config) as running``."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_start: OnStart | None = None,
+        relay_options: dict[str, float] | None = None,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._on_start = on_start
+        self._relay_options = relay_options or {}
+        self._running: Running | None = None
+        self._store: Store | None = None
+
+    async def __aenter__(self) -> Running:
+        config = self._config
+        application = build_application(config)
+        try:
+            await application.initialize()
+        except tg_error.InvalidToken as exc:
+            raise TelegramError("Telegram refused the bot token (check TELEGRAM_BOT_TOKEN)") \
+                from exc
+        except tg_error.TelegramError as exc:
+            raise TelegramError(f"cannot reach the Bot API at {config.api_url}: {exc}") from exc
+        username = application.bot.username
+        identity = load_or_create_identity(
+            config.identity_path, config.device_name or f"Telegram @{username}"
+        )
+        store = Store.open(config.database_path)
+        self._store = store
+        renderer = Renderer(config.templates_dir)
+        gateway = Gateway(application.bot)
+        pool: RelayPool
+        worker: CardWorker
+        timers: Timers
+        handlers: Handlers
+
+        def changed() -> None:
+            worker.wake()
+            timers.wake()
+            handlers.pairing_changed.set()
+
+        bridge = Bridge(
+            identity=identity, store=store, config=config, clock=self._clock,
+            on_change=changed, on_outbox=lambda url: pool.wake(url),
+        )
+        pool = RelayPool(bridge, **self._relay_options)
+        approvers = Approvers(bot=application.bot, store=store, config=config,
+                              now_ms=bridge.now_ms)
+        worker = CardWorker(store=store, gateway=gateway, renderer=renderer, config=config,
+                            clock=self._clock, private_chat=is_private)
+        timers = Timers(bridge=bridge, store=store, gateway=gateway, renderer=renderer,
+                        config=config, approvers=approvers.of)
+        handlers = Handlers(
+            bridge=bridge, store=store, renderer=renderer, gateway=gateway, config=config,
+            approvers=approvers, ensure_relay=pool.ensure, relay_views=pool.statuses,
+            on_start=self._on_start,
+        )
+        handlers.register(application)
+        application.add_error_handler(_log_error)
+        await application.start()
+        assert application.updater is not None
+        await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
+        pool.ensure_all()
+        running = Running(application, bridge, store, pool, worker, timers, handlers)
+        running.tasks = [
+            asyncio.create_task(worker.run(), name="card worker"),
+            asyncio.create_task(timers.run(), name="timers"),
+            asyncio.create_task(_heartbeat(config, running), name="heartbeat"),
+        ]
+        log.info("bot @%s is running as device %s; %d relay session(s)", username,
+                 identity.id, len(pool.statuses()))
+        self._running = running
+        return running
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        running = self._running
+        if running is None:
+            return
+        self._running = None
+        await running.worker.stop()
+        for task in running.tasks:
+            task.cancel()
+        await asyncio.gather(*running.tasks, return_exceptions=True)
+        await running.relays.stop()
+        application = running.application
+        if application.updater is not None and application.updater.running:
+            await application.updater.stop()
+        if application.running:
+            await application.stop()
+        await application.shutdown()
+        running.store.close()
+        log.info("bot stopped")
+
+
+async def _heartbeat(config: Config, running: Running) -> None:
+    while True:
+        try:
+            write_status(config.status_path, {
+                "pid": os.getpid(),
+                "relays": [{"url": s.url, "connected": s.connected}
+                           for s in running.relays.statuses()],
+                "open_items": running.store.open_item_count(),
+                "outbox": running.store.outbox_depth(),
+            })
+        except OSError as exc:
+            log.warning("could not write the status file %s: %s", config.status_path, exc)
+        await asyncio.sleep(HEARTBEAT_S)
+
+
+async def _log_error(update: object, context: object) -> None:
+    error = getattr(context, "error", None)
+    log.error("error while handling an update: %r", error)
+
+
+async def run_until_signalled(config: Config, *, on_start: OnStart | None = None) -> None:
+    """Run the bot until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    async with Bot(config, on_start=on_start):
+        await stop.wait()
+        log.info("stopping")
+
+
+def run_command(config: Config) -> int:
+    asyncio.run(run_until_signalled(config))
+    return 0
+

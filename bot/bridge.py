@@ -1,0 +1,411 @@
+"""The bridge between agents and chats, independent of Telegram and of sockets.
+
+It applies what agents send (envelopes in, store changes out) and turns what people decide
+into sealed envelopes in the outbox. Each step is one store transaction, so a crash between
+any two steps leaves a state the next start finishes: cards are rows waiting to be shown,
+decisions are outbox rows waiting for the relay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bot.config import Config
+from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
+from bot.inbox import plan_update, remind_at
+from bot.policy import Action, Decided, Refused, Tallied, TapResult, Voter, evaluate_tap
+from bot.protocol.encoding import args_sha256, format_rfc3339
+from bot.protocol.envelope import open_envelope, seal
+from bot.protocol.identity import Identity, PublicCard
+from bot.protocol.pairing import PairingUri, build_pair_request
+from bot.protocol.payloads import (
+    Approval,
+    ApprovalDecision,
+    Clarification,
+    ClarificationAnswer,
+    InboxRequest,
+    InboxUpdate,
+    Notification,
+    PairAccept,
+    Payload,
+    Person,
+    encode_payload,
+    item_to_wire,
+    parse_approval,
+    parse_clarification,
+)
+from bot.store import CardRow, DecisionRow, ItemRow, Peer, Store
+
+log = logging.getLogger(__name__)
+
+MS = 1000
+
+
+@dataclass(frozen=True)
+class TapOutcome:
+    """What a tap did, for the Telegram side to tell the tapper."""
+
+    result: TapResult | None
+    """None when the card is unknown (stale or forged callback data)."""
+    card: CardRow | None = None
+    item: ItemRow | None = None
+
+
+class Bridge:
+    """Applies agents' envelopes and people's decisions to the store."""
+
+    def __init__(
+        self,
+        *,
+        identity: Identity,
+        store: Store,
+        config: Config,
+        clock: Callable[[], float],
+        on_change: Callable[[], None] = lambda: None,
+        on_outbox: Callable[[str], None] = lambda relay_url: None,
+    ) -> None:
+        self.identity = identity
+        self.store = store
+        self.config = config
+        self._clock = clock
+        self._on_change = on_change
+        self._on_outbox = on_outbox
+
+    def now_ms(self) -> int:
+        return int(self._clock() * MS)
+
+    def notify_change(self) -> None:
+        """Something outside the bridge changed what cards should show (a chat came back)."""
+        self._on_change()
+
+    # -- relays -----------------------------------------------------------------------------
+
+    def relay_urls(self) -> set[str]:
+        """Every relay the bot must keep a session with: its peers' and pending pairings'."""
+        urls = {peer.relay_url for peer in self.store.peers()}
+        urls.update(str(row["relay_url"]) for row in self.store.pending_pairings())
+        return urls
+
+    def request_inboxes(self, relay_url: str) -> None:
+        """Ask every agent on ``relay_url`` for a complete inbox (after each (re)connection)."""
+        with self.store.transaction():
+            for peer in self.store.peers():
+                if peer.relay_url == relay_url:
+                    self._send(peer, InboxRequest(since_rev=self.store.last_rev(peer.agent_id)))
+
+    def handle_envelope(self, raw: dict[str, object]) -> None:
+        """Open, check and durably apply one delivered envelope (the relay acks after this).
+
+        A refused envelope is logged with its reason and dropped; it is still acknowledged.
+        """
+        now = self.now_ms()
+        try:
+            opened = open_envelope(
+                raw,
+                me=self.identity,
+                peers=self._known_cards(),
+                now_ms=now,
+                replay=self.store.replay_guard(),
+            )
+        except EnvelopeRefused as refusal:
+            level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
+            log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
+                    _short(raw.get("from")), refusal)
+            return
+        envelope = opened.envelope
+        with self.store.transaction():
+            self.store.replay_remember(envelope.id, envelope.ts, now)
+            self._apply(opened.sender, opened.payload, now)
+        log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
+        self._on_change()
+
+    def _known_cards(self) -> dict[str, PublicCard]:
+        cards = {peer.agent_id: PublicCard.from_json(json.loads(peer.card_json))
+                 for peer in self.store.peers()}
+        for row in self.store.pending_pairings():
+            cards.setdefault(str(row["agent_id"]),
+                             PublicCard.from_json(json.loads(str(row["card_json"]))))
+        return cards
+
+    def _apply(self, sender: PublicCard, payload: Payload, now: int) -> None:
+        if isinstance(payload, PairAccept):
+            self._apply_pair_accept(sender, payload, now)
+        elif self.store.peer(sender.id) is None:
+            log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
+                        sender.id[:8])
+        elif isinstance(payload, InboxUpdate):
+            self._apply_inbox_update(sender.id, payload, now)
+        elif isinstance(payload, Notification):
+            if not self.store.has_item(sender.id, payload.item_id):
+                peer = self.store.peer(sender.id)
+                if peer is not None:
+                    self._send(peer, InboxRequest(since_rev=self.store.last_rev(sender.id)))
+        else:
+            log.info("ignored a %s payload from %s", type(payload).__name__, sender.id[:8])
+
+    def _apply_pair_accept(self, sender: PublicCard, accept: PairAccept, now: int) -> None:
+        pairing = self.store.pairing(sender.id)
+        if pairing is None or accept.device_id != self.identity.id:
+            log.warning("ignored a pair_accept from %s that answers no pairing", sender.id[:8])
+            return
+        name = accept.agent_name or sender.name
+        self.store.add_peer(
+            Peer(sender.id, str(pairing["relay_url"]), json.dumps(sender.to_json()), name), now
+        )
+        self.store.bind(sender.id, int(pairing["chat_id"]), pairing["topic_id"], now)
+        self.store.pairing_accepted(sender.id, now)
+        self.store.audit("paired", at=now, chat_id=int(pairing["chat_id"]), agent_id=sender.id,
+                         user_id=pairing["requested_by"], agent_name=name)
+        log.info("paired with agent %s (%s)", sender.id[:8], name)
+
+    def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
+        plan = plan_update(
+            update,
+            last_rev=self.store.last_rev(agent_id),
+            known=self._known_item_ids(agent_id, update),
+            open_now=self.store.open_item_ids(agent_id),
+        )
+        if plan.stale:
+            log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
+            return
+        self.store.set_rev(agent_id, update.rev, now)
+        bindings = self.store.bindings_for_agent(agent_id)
+        for item in plan.new_items:
+            self._add_item(agent_id, item, bindings_chats=[(b.chat_id, b.topic_id)
+                                                          for b in bindings], now=now)
+        for gone in plan.gone:
+            at = int(gone.at.timestamp() * MS) if gone.at else now
+            if self.store.close_item(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
+                self.store.audit("resolved_elsewhere", at=now, agent_id=agent_id,
+                                 item_id=gone.item_id, outcome=gone.state, by=gone.by)
+
+    def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
+        items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
+        ids = [item.id for item in items]
+        return {item_id for item_id in ids if self.store.has_item(agent_id, item_id)}
+
+    def _add_item(
+        self,
+        agent_id: str,
+        item: Approval | Clarification,
+        *,
+        bindings_chats: list[tuple[int, int | None]],
+        now: int,
+    ) -> None:
+        kind = "approval" if isinstance(item, Approval) else "clarification"
+        created = item.created_at or datetime.fromtimestamp(now / MS, UTC)
+        reminder = remind_at(created, item.expires_at)
+        added = self.store.add_item(
+            agent_id,
+            item.id,
+            kind,
+            json.dumps(item_to_wire(item), ensure_ascii=False),
+            expires_at=int(item.expires_at.timestamp() * MS) if item.expires_at else None,
+            remind_at=int(reminder.timestamp() * MS) if reminder else None,
+            now_ms=now,
+        )
+        if not added:
+            return
+        for chat_id, topic_id in bindings_chats:
+            if self.store.chat_forbidden(chat_id):
+                continue
+            self.store.add_card(agent_id, item.id, chat_id, topic_id, new_token())
+
+    # -- pairing ----------------------------------------------------------------------------
+
+    def start_pairing(
+        self, uri: PairingUri, *, chat_id: int, topic_id: int | None, requested_by: int | None
+    ) -> None:
+        """Record a pairing in progress and queue its ``pair_request`` for the agent's relay."""
+        now = self.now_ms()
+        request = build_pair_request(self.identity, uri, device_name=self.identity.card.name)
+        with self.store.transaction():
+            self.store.add_pairing(
+                uri.agent.id, uri.relay, json.dumps(uri.agent.to_json()), chat_id=chat_id,
+                topic_id=topic_id, requested_by=requested_by, now_ms=now,
+            )
+            envelope = seal(encode_payload(request), sender=self.identity, recipient=uri.agent,
+                            ts_ms=now)
+            self.store.outbox_add(uri.relay, envelope.to_json(), now)
+        self._on_outbox(uri.relay)
+
+    def pairing_done(self, agent_id: str) -> bool:
+        row = self.store.pairing(agent_id)
+        return row is not None and row["accepted_at"] is not None
+
+    def unbind(self, agent_id: str, chat_id: int, user_id: int | None) -> None:
+        now = self.now_ms()
+        with self.store.transaction():
+            self.store.unbind(agent_id, chat_id)
+            self.store.audit("unpaired", at=now, chat_id=chat_id, agent_id=agent_id,
+                             user_id=user_id)
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def tap(
+        self,
+        token: str,
+        action: Action,
+        *,
+        tapper: Person,
+        approvers: frozenset[int],
+        required: int,
+        option: int | None = None,
+        reason: str | None = None,
+    ) -> TapOutcome:
+        """Apply one tap (or a deny reason / typed answer) and record it in the audit trail."""
+        card = self.store.card_by_token(token)
+        if card is None:
+            return TapOutcome(None)
+        item = self.store.item(card.agent_id, card.item_id)
+        if item is None:
+            return TapOutcome(None)
+        now = self.now_ms()
+        voter = Voter(tapper.telegram_user_id or 0, tapper.name, now)
+        votes = tuple(Voter(v.user_id, v.name, v.at) for v in self.store.votes(card.card_id))
+        expired = item.expires_at is not None and item.expires_at <= now
+        result = evaluate_tap(action, tapper=voter, approvers=approvers, required=required,
+                              voters=votes, item_open=item.state == "open", expired=expired)
+        with self.store.transaction():
+            self.store.audit(
+                "tap", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
+                item_id=card.item_id, user_id=voter.user_id, user_name=tapper.name,
+                action=action.name.lower(),
+                allowed=not isinstance(result, Refused),
+                refusal=result.reason.value if isinstance(result, Refused) else None,
+            )
+            if isinstance(result, Tallied):
+                if action is Action.APPROVE:
+                    self.store.add_vote(card.card_id, voter.user_id, tapper.name, now)
+                else:
+                    self.store.remove_vote(card.card_id, voter.user_id)
+            elif isinstance(result, Decided):
+                if result.decision == "approve":
+                    self.store.add_vote(card.card_id, voter.user_id, tapper.name, now)
+                self._decide(card, item, result.decision, tapper, reason, now,
+                             voters=result.voters)
+            elif action is Action.ANSWER and not isinstance(result, Refused):
+                self._answer(card, item, tapper, option=option, text=reason, now=now)
+            elif action is Action.DENY_WITH_REASON and reason is not None and not isinstance(
+                result, Refused
+            ):
+                self._decide(card, item, "deny", tapper, reason, now, voters=votes)
+        self._on_change()
+        return TapOutcome(result, card, self.store.item(card.agent_id, card.item_id))
+
+    def _decide(
+        self,
+        card: CardRow,
+        item: ItemRow,
+        decision: str,
+        person: Person,
+        reason: str | None,
+        now: int,
+        *,
+        voters: tuple[Voter, ...],
+    ) -> None:
+        approval = parse_approval(json.loads(item.body_json))
+        payload = ApprovalDecision(
+            decision_id=str(uuid.uuid4()),
+            approval_id=item.item_id,
+            decision=decision,
+            reason=reason,
+            decided_by=person,
+            decided_at=format_rfc3339(datetime.fromtimestamp(now / MS, UTC)),
+            args_sha256=args_sha256(approval.arguments),
+        )
+        state = "approved" if decision == "approve" else "denied"
+        envelope_id = self._send_to_agent(card.agent_id, payload)
+        self.store.add_decision(DecisionRow(
+            payload.decision_id, card.agent_id, item.item_id, card.chat_id, "approval",
+            decision, reason, person.telegram_user_id or 0, person.name, now, envelope_id,
+        ))
+        self.store.close_item(card.agent_id, item.item_id, state=state, by=person.name, at=now,
+                              chat_id=card.chat_id, reason=reason)
+        self.store.audit(
+            "decision_sent", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
+            item_id=item.item_id, user_id=person.telegram_user_id, user_name=person.name,
+            decision=decision, reason=reason, decision_id=payload.decision_id,
+            approvers=[{"user_id": v.user_id, "name": v.name, "at": v.at_ms} for v in voters],
+        )
+
+    def _answer(
+        self,
+        card: CardRow,
+        item: ItemRow,
+        person: Person,
+        *,
+        option: int | None,
+        text: str | None,
+        now: int,
+    ) -> None:
+        clarification = parse_clarification(json.loads(item.body_json))
+        if option is not None:
+            if not 0 <= option < len(clarification.options):
+                raise PayloadError(f"option {option} is not one of the question's options")
+            text = clarification.options[option]
+        if not text:
+            raise PayloadError("an answer needs text")
+        payload = ClarificationAnswer(
+            answer_id=str(uuid.uuid4()),
+            clarification_id=item.item_id,
+            answer=text,
+            answered_by=person,
+            answered_at=format_rfc3339(datetime.fromtimestamp(now / MS, UTC)),
+        )
+        envelope_id = self._send_to_agent(card.agent_id, payload)
+        self.store.add_decision(DecisionRow(
+            payload.answer_id, card.agent_id, item.item_id, card.chat_id, "clarification",
+            "answer", text, person.telegram_user_id or 0, person.name, now, envelope_id,
+        ))
+        self.store.close_item(card.agent_id, item.item_id, state="answered", by=person.name,
+                              at=now, chat_id=card.chat_id, reason=text)
+        self.store.audit(
+            "answer_sent", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
+            item_id=item.item_id, user_id=person.telegram_user_id, user_name=person.name,
+            answer_id=payload.answer_id,
+        )
+
+    def _send_to_agent(self, agent_id: str, payload: Payload) -> str:
+        peer = self.store.peer(agent_id)
+        if peer is None:
+            raise PayloadError(f"agent {agent_id[:8]} is no longer paired")
+        return self._send(peer, payload)
+
+    def _send(self, peer: Peer, payload: Payload) -> str:
+        now = self.now_ms()
+        card = PublicCard.from_json(json.loads(peer.card_json))
+        envelope = seal(encode_payload(payload), sender=self.identity, recipient=card, ts_ms=now)
+        self.store.outbox_add(peer.relay_url, envelope.to_json(), now)
+        self._on_outbox(peer.relay_url)
+        return envelope.id
+
+    # -- time -------------------------------------------------------------------------------
+
+    def expire_due(self) -> int:
+        """Close every open item whose ``expires_at`` has passed; nothing is sent for them."""
+        now = self.now_ms()
+        expired = self.store.open_items_expired(now)
+        with self.store.transaction():
+            for item in expired:
+                self.store.close_item(item.agent_id, item.item_id, state="expired", by=None,
+                                      at=item.expires_at)
+                self.store.audit("expired", at=now, agent_id=item.agent_id, item_id=item.item_id)
+        if expired:
+            self._on_change()
+        return len(expired)
+
+
+def new_token() -> str:
+    """A random, unguessable per-card token for callback data (16 characters)."""
+    return secrets.token_urlsafe(12)
+
+
+def _short(value: object) -> str:
+    return value[:12] if isinstance(value, str) else "?"

@@ -1,0 +1,246 @@
+"""The configuration file (TOML) and environment, validated into frozen dataclasses.
+
+Lookup order for the file: ``--config PATH``, then ``$SKALD_TELEGRAM_CONFIG``, then
+``./skald-telegram.toml``. ``$TELEGRAM_BOT_TOKEN`` overrides ``telegram.token`` and
+``$SKALD_TELEGRAM_STATE_DIR`` overrides ``state.dir``. Every error names the key and what is
+wrong with it.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from bot.errors import ConfigError
+
+DEFAULT_PATH = Path("skald-telegram.toml")
+DEFAULT_API_URL = "https://api.telegram.org"
+
+SecretsMode = Literal["spoiler", "masked"]
+Approvers = frozenset[int] | Literal["admins"]
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    """Per-chat settings (``[[chats]]``); ``None`` means the chat-type default."""
+
+    id: int
+    approvers: Approvers | None = None
+    required_approvals: int = 1
+    secrets: SecretsMode | None = None
+    topic: int | None = None
+
+
+@dataclass(frozen=True)
+class ChatPolicy:
+    """The effective rules for one chat, defaults applied."""
+
+    chat_id: int
+    approvers: Approvers
+    required_approvals: int
+    secrets: SecretsMode
+    topic: int | None
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the bot needs to run."""
+
+    token: str = field(default="", repr=False)
+    api_url: str = DEFAULT_API_URL
+    admins: frozenset[int] = frozenset()
+    state_dir: Path = Path("state")
+    chats: Mapping[int, ChatConfig] = field(default_factory=dict)
+    templates_dir: Path | None = None
+    device_name: str | None = None
+    chat_pace_s: float = 1.0
+    source: Path | None = None
+
+    @property
+    def identity_path(self) -> Path:
+        return self.state_dir / "identity.json"
+
+    @property
+    def database_path(self) -> Path:
+        return self.state_dir / "skald-telegram.sqlite3"
+
+    @property
+    def status_path(self) -> Path:
+        """Rewritten by the running bot every :data:`bot.health.HEARTBEAT_S` seconds."""
+        return self.state_dir / "status.json"
+
+    def policy(self, chat_id: int, *, private: bool) -> ChatPolicy:
+        """The rules for a chat: its ``[[chats]]`` entry over the chat-type defaults.
+
+        A private chat's approver is its own user (the chat id); a group's are its
+        administrators. Secrets are spoilered in private chats and masked in groups.
+        """
+        chat = self.chats.get(chat_id, ChatConfig(id=chat_id))
+        default_approvers: Approvers = frozenset({chat_id}) if private else "admins"
+        return ChatPolicy(
+            chat_id=chat_id,
+            approvers=chat.approvers if chat.approvers is not None else default_approvers,
+            required_approvals=chat.required_approvals,
+            secrets=chat.secrets or ("spoiler" if private else "masked"),
+            topic=chat.topic,
+        )
+
+
+def config_path(argument: str | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the configuration file is, by the lookup order of this module's docstring."""
+    if argument:
+        return Path(argument)
+    if environ.get("SKALD_TELEGRAM_CONFIG"):
+        return Path(environ["SKALD_TELEGRAM_CONFIG"])
+    return DEFAULT_PATH
+
+
+def load_config(
+    argument: str | None,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    require_token: bool = True,
+) -> Config:
+    """Read and validate the configuration; a missing default file means all defaults."""
+    path = config_path(argument, environ)
+    explicit = bool(argument or environ.get("SKALD_TELEGRAM_CONFIG"))
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    elif explicit:
+        raise ConfigError(f"configuration file {path} does not exist")
+    else:
+        data = {}
+    config = parse_config(data, base=path.parent if path.exists() else Path.cwd(), source=path)
+    if environ.get("SKALD_TELEGRAM_STATE_DIR"):
+        config = replace(config, state_dir=Path(environ["SKALD_TELEGRAM_STATE_DIR"]))
+    token = environ.get("TELEGRAM_BOT_TOKEN") or config.token
+    if require_token and not token:
+        raise ConfigError(
+            "telegram.token: no bot token; set TELEGRAM_BOT_TOKEN or telegram.token in "
+            f"{path} (get one from @BotFather)"
+        )
+    if token and ":" not in token:
+        raise ConfigError("telegram.token: does not look like a bot token (ID:SECRET)")
+    return _replace_token(config, token)
+
+
+def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:
+    """Validate a decoded TOML document. Relative paths are taken from ``base``."""
+    _only_keys(data, "", {"telegram", "state", "chats", "templates", "device"})
+    telegram = _table(data, "telegram")
+    _only_keys(telegram, "telegram.", {"token", "api_url", "admins", "chat_pace_seconds"})
+    state = _table(data, "state")
+    _only_keys(state, "state.", {"dir"})
+    templates = _table(data, "templates")
+    _only_keys(templates, "templates.", {"dir"})
+    device = _table(data, "device")
+    _only_keys(device, "device.", {"name"})
+
+    token = _string(telegram, "telegram.token", "")
+    api_url = _string(telegram, "telegram.api_url", DEFAULT_API_URL).rstrip("/")
+    if not api_url.startswith(("http://", "https://")):
+        raise ConfigError(f"telegram.api_url: must start with http:// or https://, got {api_url!r}")
+    pace = telegram.get("chat_pace_seconds", 1.0)
+    if isinstance(pace, bool) or not isinstance(pace, int | float) or pace < 0:
+        raise ConfigError("telegram.chat_pace_seconds: must be a number ≥ 0")
+    chats_raw = data.get("chats", [])
+    if not isinstance(chats_raw, list):
+        raise ConfigError("chats: must be an array of tables ([[chats]])")
+    chats: dict[int, ChatConfig] = {}
+    for index, entry in enumerate(chats_raw):
+        chat = _chat(entry, f"chats[{index}]")
+        if chat.id in chats:
+            raise ConfigError(f"chats[{index}].id: chat {chat.id} is configured twice")
+        chats[chat.id] = chat
+    templates_dir = templates.get("dir")
+    return Config(
+        token=token,
+        api_url=api_url,
+        admins=_user_ids(telegram.get("admins", []), "telegram.admins"),
+        state_dir=base / _string(state, "state.dir", "state"),
+        chats=chats,
+        templates_dir=base / _string(templates, "templates.dir", "") if templates_dir else None,
+        device_name=_string(device, "device.name", "") or None,
+        chat_pace_s=float(pace),
+        source=source,
+    )
+
+
+def _chat(entry: object, where: str) -> ChatConfig:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be a table")
+    _only_keys(entry, f"{where}.", {"id", "approvers", "required_approvals", "secrets", "topic"})
+    chat_id = entry.get("id")
+    if isinstance(chat_id, bool) or not isinstance(chat_id, int):
+        raise ConfigError(f"{where}.id: must be a Telegram chat id (an integer)")
+    approvers_raw = entry.get("approvers")
+    approvers: Approvers | None
+    if approvers_raw is None:
+        approvers = None
+    elif approvers_raw == "admins":
+        approvers = "admins"
+    else:
+        approvers = _user_ids(approvers_raw, f"{where}.approvers")
+    required = entry.get("required_approvals", 1)
+    if isinstance(required, bool) or not isinstance(required, int) or required < 1:
+        raise ConfigError(f"{where}.required_approvals: must be an integer ≥ 1, got {required!r}")
+    if isinstance(approvers, frozenset) and required > len(approvers):
+        raise ConfigError(
+            f"{where}.required_approvals: {required} approvals can never be reached with "
+            f"{len(approvers)} approver(s)"
+        )
+    secrets = entry.get("secrets")
+    if secrets not in (None, "spoiler", "masked"):
+        raise ConfigError(f"{where}.secrets: must be \"spoiler\" or \"masked\", got {secrets!r}")
+    topic = entry.get("topic")
+    if topic is not None and (isinstance(topic, bool) or not isinstance(topic, int)):
+        raise ConfigError(f"{where}.topic: must be a forum topic's message_thread_id (integer)")
+    return ChatConfig(
+        id=chat_id,
+        approvers=approvers,
+        required_approvals=required,
+        secrets=secrets,
+        topic=topic,
+    )
+
+
+def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: must be a table ([{key}])")
+    return value
+
+
+def _string(table: Mapping[str, Any], key: str, default: str) -> str:
+    value = table.get(key.rsplit(".", 1)[-1], default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: must be a string")
+    return value
+
+
+def _user_ids(value: object, key: str) -> frozenset[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
+    ):
+        raise ConfigError(f"{key}: must be a list of Telegram user ids (positive integers)")
+    return frozenset(value)
+
+
+def _only_keys(table: Mapping[str, Any], prefix: str, allowed: set[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise ConfigError(f"{prefix}{key}: unknown setting (known: {known})")
+
+
+def _replace_token(config: Config, token: str) -> Config:
+    return replace(config, token=token)

@@ -1,0 +1,34 @@
+"""The running bot's heartbeat: a small status file that container health checks read."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 120.0
+
+
+def write_status(path: Path, status: dict[str, object]) -> None:
+    """Atomically replace the status file with ``status`` plus the current time."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({**status, "updated_at": time.time()}), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def check_status(path: Path, *, now: float | None = None) -> tuple[bool, str]:
+    """Whether the bot wrote its status recently, and a one-line explanation."""
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+        age = (time.time() if now is None else now) - float(status["updated_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False, f"no readable status file at {path}: is the bot running?"
+    if age > STALE_AFTER_S:
+        return False, f"the bot's status is {age:.0f} s old: it seems stuck or stopped"
+    relays = status.get("relays", [])
+    down = [r["url"] for r in relays if not r.get("connected")]
+    if down:
+        return True, f"running; relay(s) not connected: {', '.join(down)}"
+    return True, f"running; {len(relays)} relay session(s) up"

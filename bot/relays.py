@@ -1,0 +1,67 @@
+"""One relay session per distinct relay URL among the paired agents (and pending pairings)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from bot.bridge import Bridge
+from bot.relay.client import RelayClient, RelayStatus
+
+log = logging.getLogger(__name__)
+
+
+class RelayPool:
+    """Starts a :class:`RelayClient` for every relay the bridge needs, each handing
+    delivered envelopes to the bridge and flushing the bridge's outbox."""
+
+    def __init__(self, bridge: Bridge, **client_options: float) -> None:
+        self._bridge = bridge
+        self._options = client_options
+        self._clients: dict[str, RelayClient] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def ensure(self, url: str) -> None:
+        """Open a session with ``url`` unless one is already running."""
+        if url in self._clients:
+            return
+
+        async def handle(envelope: dict[str, object]) -> None:
+            self._bridge.handle_envelope(envelope)
+
+        async def ready() -> None:
+            self._bridge.request_inboxes(url)
+
+        client = RelayClient(
+            url,
+            self._bridge.identity,
+            handler=handle,
+            outbox=self._bridge.store,
+            on_ready=ready,
+            **self._options,
+        )
+        self._clients[url] = client
+        self._tasks[url] = asyncio.create_task(client.run(), name=f"relay {url}")
+        log.info("relay session for %s started", url)
+
+    def ensure_all(self) -> None:
+        for url in sorted(self._bridge.relay_urls()):
+            self.ensure(url)
+
+    def wake(self, url: str) -> None:
+        """New envelopes wait in the outbox for ``url``: send them now."""
+        client = self._clients.get(url)
+        if client is None:
+            self.ensure(url)
+        else:
+            client.wake()
+
+    def statuses(self) -> list[RelayStatus]:
+        return [client.status() for client in self._clients.values()]
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(client.stop() for client in self._clients.values()),
+                             return_exceptions=True)
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._clients.clear()
+        self._tasks.clear()

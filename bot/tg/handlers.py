@@ -1,0 +1,446 @@
+"""python-telegram-bot handlers: taps, replies, commands and chat lifecycle events.
+
+Handlers translate Telegram updates into calls on the :class:`~bot.bridge.Bridge` and
+answer with texts rendered from ``templates/messages/``; they hold no policy of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+from telegram import Chat, Message, Update, User
+from telegram.ext import (
+    Application,
+    CallbackQueryHandler,
+    ChatMemberHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+
+from bot.bridge import Bridge, TapOutcome
+from bot.cards import parse_callback_data, to_datetime
+from bot.config import ChatPolicy, Config
+from bot.errors import PairingError, SkaldError, TelegramError
+from bot.policy import Action, Decided, Permitted, Refused, Tallied
+from bot.protocol.pairing import parse_pairing_uri
+from bot.protocol.payloads import Person
+from bot.relay.client import RelayStatus
+from bot.render import Renderer
+from bot.store import Store
+from bot.tg.approvers import Approvers
+from bot.tg.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+PAIRING_TIMEOUT_S = 30.0
+HISTORY_DEFAULT = 10
+HISTORY_MAX = 50
+
+Callback = Callable[[Update, ContextTypes.DEFAULT_TYPE], Coroutine[Any, Any, None]]
+
+
+class Handlers:
+    """Every handler of the bot, sharing the bridge, the store and the renderer."""
+
+    def __init__(
+        self,
+        *,
+        bridge: Bridge,
+        store: Store,
+        renderer: Renderer,
+        gateway: Gateway,
+        config: Config,
+        ensure_relay: Callable[[str], None],
+        approvers: Approvers,
+        relay_views: Callable[[], list[RelayStatus]],
+        on_start: Callable[[Chat, User], Awaitable[None]] | None = None,
+    ) -> None:
+        self._bridge = bridge
+        self._store = store
+        self._renderer = renderer
+        self._gateway = gateway
+        self._config = config
+        self._ensure_relay = ensure_relay
+        self._approvers = approvers
+        self._relay_views = relay_views
+        self._on_start = on_start
+        self.pairing_changed = asyncio.Event()
+
+    def register(self, application: Application) -> None:  # type: ignore[type-arg]
+        commands: list[tuple[str, Callback, bool]] = [
+            ("start", self.start, True),
+            ("help", self.help, True),
+            ("pending", self.pending, True),
+            ("pair", self.pair, False),
+            ("unpair", self.unpair, True),
+            ("status", self.status, True),
+            ("history", self.history, True),
+        ]
+        for name, callback, block in commands:
+            application.add_handler(CommandHandler(name, self._guarded(callback), block=block))
+        application.add_handler(CallbackQueryHandler(self._guarded(self.tap)))
+        application.add_handler(
+            MessageHandler(filters.StatusUpdate.MIGRATE, self._guarded(self.migrated))
+        )
+        application.add_handler(
+            MessageHandler(filters.REPLY & filters.TEXT & ~filters.COMMAND,
+                           self._guarded(self.reply))
+        )
+        application.add_handler(
+            ChatMemberHandler(self._guarded(self.my_membership), ChatMemberHandler.MY_CHAT_MEMBER)
+        )
+        application.add_handler(
+            ChatMemberHandler(self._guarded(self.membership), ChatMemberHandler.CHAT_MEMBER)
+        )
+
+    def _guarded(self, callback: Callback) -> Callback:
+        """Log our own errors as one line instead of a traceback; never crash the bot."""
+
+        async def run(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+            self._note(update)
+            try:
+                await callback(update, context)
+            except SkaldError as exc:
+                log.warning("could not handle update %s: %s", update.update_id, exc)
+
+        return run
+
+    def _note(self, update: Update) -> None:
+        chat, user = update.effective_chat, update.effective_user
+        if chat is not None:
+            title = chat.title or chat.full_name or ""
+            self._store.note_chat(chat.id, title, chat.type)
+        if user is not None and not user.is_bot:
+            self._store.note_user(user.id, user.full_name, user.username)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    async def _reply(self, message: Message, template: str, **context: object) -> None:
+        html = self._renderer.message(template, **context)
+        try:
+            await self._gateway.send(
+                message.chat_id,
+                html,
+                topic_id=message.message_thread_id if message.is_topic_message else None,
+                reply_to=message.message_id,
+            )
+        except TelegramError as exc:
+            log.warning("could not reply in chat %s: %s", message.chat_id, exc)
+
+    @staticmethod
+    def _person(user: User) -> Person:
+        return Person(name=user.full_name, telegram_user_id=user.id, username=user.username)
+
+    def _is_admin(self, user: User | None) -> bool:
+        return user is not None and user.id in self._config.admins
+
+    # -- taps and replies -------------------------------------------------------------------
+
+    async def tap(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        query = update.callback_query
+        if query is None:
+            return
+        parsed = parse_callback_data(query.data)
+        message = query.message
+        if parsed is None or message is None:
+            await query.answer(self._renderer.text("alert_outdated"), show_alert=True)
+            return
+        chat = message.chat
+        policy = self._approvers.policy(chat.id)
+        approvers = await self._approvers.of(chat.id)
+        outcome = self._bridge.tap(
+            parsed.token,
+            parsed.action,
+            tapper=self._person(query.from_user),
+            approvers=approvers,
+            required=policy.required_approvals,
+            option=parsed.option,
+        )
+        if outcome.card is not None and outcome.card.chat_id != chat.id:
+            outcome = TapOutcome(None)
+        alert, text = await self._tap_answer(outcome, chat, policy)
+        await query.answer(text or None, show_alert=alert)
+        if (
+            parsed.action is Action.DENY_WITH_REASON
+            and isinstance(outcome.result, Permitted)
+            and outcome.card is not None
+        ):
+            await self._ask_reason(chat, outcome, query.from_user)
+
+    async def _tap_answer(
+        self, outcome: TapOutcome, chat: Chat, policy: ChatPolicy
+    ) -> tuple[bool, str]:
+        result = outcome.result
+        if result is None:
+            return True, self._renderer.text("alert_unknown_card")
+        if isinstance(result, Refused):
+            names = await self._approvers.names(chat.id)
+            item = outcome.item
+            return True, self._renderer.text(
+                "alert_refused",
+                reason=result.reason.value,
+                approvers=names,
+                state=item.state if item else "",
+                by=item.outcome_by if item else None,
+            )
+        if isinstance(result, Tallied):
+            return False, self._renderer.text(
+                "alert_tallied", count=len(result.voters), required=result.required
+            )
+        if isinstance(result, Decided):
+            return False, self._renderer.text("alert_decided", decision=result.decision)
+        if outcome.item is not None and outcome.item.state == "answered":
+            return False, self._renderer.text("alert_answered")
+        return False, ""
+
+    async def _ask_reason(self, chat: Chat, outcome: TapOutcome, user: User) -> None:
+        card = outcome.card
+        assert card is not None
+        html = self._renderer.message("deny_reason_prompt", person=user.full_name,
+                                      mention_id=user.id)
+        try:
+            prompt_id = await self._gateway.send(
+                chat.id, html, topic_id=card.topic_id, reply_to=card.message_id,
+                force_reply=True, placeholder="Reason for denying",
+            )
+        except TelegramError as exc:
+            log.warning("could not ask for a deny reason in chat %s: %s", chat.id, exc)
+            return
+        self._store.add_prompt(chat.id, prompt_id, card.card_id, user.id, "deny_reason")
+
+    async def reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message
+        if message is None or message.reply_to_message is None or message.from_user is None:
+            return
+        text = (message.text or "").strip()
+        target = message.reply_to_message.message_id
+        prompt = self._store.prompt(message.chat_id, target)
+        if prompt is not None:
+            card_id, user_id, _purpose = prompt
+            if user_id != message.from_user.id:
+                return
+            card = self._store.card(card_id)
+            action = Action.DENY_WITH_REASON
+        else:
+            card = self._store.card_by_message(message.chat_id, target)
+            action = Action.ANSWER
+            if card is None:
+                return
+            item = self._store.item(card.agent_id, card.item_id)
+            if item is None or item.kind != "clarification":
+                return
+        if card is None or not text:
+            return
+        policy = self._approvers.policy(message.chat_id)
+        outcome = self._bridge.tap(
+            card.token,
+            action,
+            tapper=self._person(message.from_user),
+            approvers=await self._approvers.of(message.chat_id),
+            required=policy.required_approvals,
+            reason=text,
+        )
+        if isinstance(outcome.result, Refused):
+            alert = await self._tap_answer(outcome, message.chat, policy)
+            await self._reply(message, "refused", text=alert[1])
+
+    # -- commands ---------------------------------------------------------------------------
+
+    async def start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, chat, user = update.effective_message, update.effective_chat, update.effective_user
+        if message is None or chat is None:
+            return
+        if self._on_start is not None and user is not None:
+            await self._on_start(chat, user)
+        agents = [self._store.peer(b.agent_id) for b in self._store.bindings_for_chat(chat.id)]
+        await self._reply(
+            message, "start",
+            device_id=self._bridge.identity.id,
+            agents=[a.name for a in agents if a is not None],
+            is_admin=self._is_admin(user),
+        )
+
+    async def help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if update.effective_message is not None:
+            await self._reply(update.effective_message, "help")
+
+    async def pending(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, chat = update.effective_message, update.effective_chat
+        if message is None or chat is None:
+            return
+        entries = []
+        for item, card in self._store.open_items_for_chat(chat.id):
+            peer = self._store.peer(item.agent_id)
+            entries.append({
+                "summary": _summary(item.body_json),
+                "agent": peer.name if peer else item.agent_id[:8],
+                "link": _message_link(chat, card.message_id),
+                "expires_at": to_datetime(item.expires_at),
+            })
+        await self._reply(message, "pending", items=entries)
+
+    async def pair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, chat, user = update.effective_message, update.effective_chat, update.effective_user
+        if message is None or chat is None:
+            return
+        if not self._is_admin(user):
+            await self._reply(message, "not_allowed", command="pair")
+            return
+        if not context.args:
+            await self._reply(message, "pair_usage")
+            return
+        try:
+            uri = parse_pairing_uri(context.args[0])
+        except PairingError as exc:
+            await self._reply(message, "pair_failed", error=str(exc))
+            return
+        topic = message.message_thread_id if message.is_topic_message else None
+        self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
+                                   requested_by=user.id if user else None)
+        self._ensure_relay(uri.relay)
+        await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
+        try:
+            await asyncio.wait_for(self._paired(uri.agent.id), PAIRING_TIMEOUT_S)
+        except TimeoutError:
+            await self._reply(message, "pair_failed",
+                              error="the agent did not answer within 30 seconds")
+            return
+        await self._reply(message, "pair_done", agent=uri.agent.name)
+
+    async def _paired(self, agent_id: str) -> None:
+        while not self._bridge.pairing_done(agent_id):
+            self.pairing_changed.clear()
+            await self.pairing_changed.wait()
+
+    async def unpair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, chat, user = update.effective_message, update.effective_chat, update.effective_user
+        if message is None or chat is None:
+            return
+        if not self._is_admin(user):
+            await self._reply(message, "not_allowed", command="unpair")
+            return
+        bound = [self._store.peer(b.agent_id) for b in self._store.bindings_for_chat(chat.id)]
+        peers = [p for p in bound if p is not None]
+        wanted = " ".join(context.args or []).strip().lower()
+        chosen = [p for p in peers if not wanted or wanted in (p.name.lower(), p.agent_id)]
+        if len(chosen) != 1:
+            await self._reply(message, "unpair_choose", agents=[p.name for p in peers])
+            return
+        self._bridge.unbind(chosen[0].agent_id, chat.id, user.id if user else None)
+        await self._reply(message, "unpair_done", agent=chosen[0].name)
+
+    async def status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        if message is None:
+            return
+        agents = [
+            {
+                "name": peer.name,
+                "relay": peer.relay_url,
+                "rev": self._store.last_rev(peer.agent_id),
+                "updated_at": to_datetime(self._store.last_update_at(peer.agent_id)),
+            }
+            for peer in self._store.peers()
+        ]
+        await self._reply(
+            message, "status",
+            relays=self._relay_views(),
+            agents=agents,
+            outbox=self._store.outbox_depth(),
+            open_items=self._store.open_item_count(),
+        )
+
+    async def history(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, chat = update.effective_message, update.effective_chat
+        if message is None or chat is None:
+            return
+        try:
+            count = int(context.args[0]) if context.args else HISTORY_DEFAULT
+        except ValueError:
+            count = HISTORY_DEFAULT
+        count = max(1, min(count, HISTORY_MAX))
+        rows = self._store.audit_rows(
+            chat_id=chat.id, events=("decision_sent", "answer_sent"), limit=count,
+            newest_first=True,
+        )
+        entries = [
+            {
+                "at": datetime.fromtimestamp(row.at / 1000, UTC),
+                "event": row.event,
+                "by": row.user_name,
+                "decision": row.detail.get("decision", "answer"),
+                "reason": row.detail.get("reason"),
+                "approvers": [a.get("name") for a in row.detail.get("approvers", [])],
+                "summary": self._item_summary(row.agent_id, row.item_id),
+            }
+            for row in rows
+        ]
+        await self._reply(message, "history", entries=entries, count=count)
+
+    def _item_summary(self, agent_id: str | None, item_id: str | None) -> str:
+        if agent_id is None or item_id is None:
+            return ""
+        item = self._store.item(agent_id, item_id)
+        return _summary(item.body_json) if item else item_id
+
+    # -- chat lifecycle ---------------------------------------------------------------------
+
+    async def migrated(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        if message is None:
+            return
+        if message.migrate_to_chat_id:
+            old, new = message.chat_id, message.migrate_to_chat_id
+        elif message.migrate_from_chat_id:
+            old, new = message.migrate_from_chat_id, message.chat_id
+        else:
+            return
+        if self._store.bindings_for_chat(old) or self._store.chat_title(old):
+            log.info("chat %s became supergroup %s; moving its bindings and cards", old, new)
+            self._store.migrate_chat(old, new)
+
+    async def my_membership(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        change = update.my_chat_member
+        if change is None:
+            return
+        status = change.new_chat_member.status
+        gone = status in ("left", "kicked")
+        self._store.set_chat_forbidden(change.chat.id, gone)
+        log.info("bot is now %s in chat %s", status, change.chat.id)
+        if not gone:
+            self._bridge.notify_change()
+
+    async def membership(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        change = update.chat_member
+        if change is None:
+            return
+        was_admin = change.old_chat_member.status in ("administrator", "creator")
+        is_admin = change.new_chat_member.status in ("administrator", "creator")
+        if was_admin != is_admin:
+            self._store.forget_chat_admins(change.chat.id)
+
+
+def _summary(body_json: str) -> str:
+    import json
+
+    body = json.loads(body_json)
+    text = body.get("summary") or body.get("question") or ""
+    return str(text)
+
+
+def _message_link(chat: Chat, message_id: int | None) -> str | None:
+    """A t.me link to a message where Telegram has them (supergroups and channels)."""
+    if message_id is None:
+        return None
+    if chat.username:
+        return f"https://t.me/{chat.username}/{message_id}"
+    text = str(chat.id)
+    if text.startswith("-100"):
+        return f"https://t.me/c/{text[4:]}/{message_id}"
+    return None

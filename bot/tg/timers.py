@@ -1,0 +1,101 @@
+"""Time-driven work: expiring items, reminding approvers, pruning the replay set."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from bot.bridge import Bridge
+from bot.config import Config
+from bot.errors import TelegramError
+from bot.render import Renderer
+from bot.store import CardRow, Store
+from bot.tg.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+REPLAY_RETENTION_MS = 30 * 24 * 3600 * 1000
+MAX_SLEEP_S = 30.0
+
+
+class Timers:
+    """Wakes when the next expiry or reminder is due (or every 30 s), and handles it."""
+
+    def __init__(
+        self,
+        *,
+        bridge: Bridge,
+        store: Store,
+        gateway: Gateway,
+        renderer: Renderer,
+        config: Config,
+        approvers: Callable[[int], Awaitable[frozenset[int]]],
+    ) -> None:
+        self._bridge = bridge
+        self._store = store
+        self._gateway = gateway
+        self._renderer = renderer
+        self._config = config
+        self._approvers = approvers
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Something changed that may move the next due time."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        last_prune = 0
+        while True:
+            self._bridge.expire_due()
+            await self._send_reminders()
+            now = self._bridge.now_ms()
+            if now - last_prune > 3600 * 1000:
+                self._store.replay_forget_before(now - REPLAY_RETENTION_MS)
+                last_prune = now
+            await self._sleep_until_due(now)
+
+    async def _sleep_until_due(self, now: int) -> None:
+        due = [t for t in (self._store.next_expiry(), self._store.next_reminder()) if t]
+        timeout = MAX_SLEEP_S
+        if due:
+            timeout = min(timeout, max(0.0, (min(due) - now) / 1000))
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=timeout + 0.01)
+
+    async def _send_reminders(self) -> None:
+        for card in self._store.cards_due_reminder(self._bridge.now_ms()):
+            self._store.set_card_reminder(card.card_id, "sent")
+            try:
+                await self._remind(card)
+            except TelegramError as exc:
+                log.warning("could not send a reminder in chat %s: %s", card.chat_id, exc)
+
+    async def _remind(self, card: CardRow) -> None:
+        approvers = await self._approvers(card.chat_id)
+        tapped = {vote.user_id for vote in self._store.votes(card.card_id)}
+        waiting = [
+            {"id": uid, "name": self._store.user_name(uid) or "approver"}
+            for uid in sorted(approvers - tapped)
+        ]
+        item = self._store.item(card.agent_id, card.item_id)
+        if item is None or not waiting:
+            return
+        html = self._renderer.message(
+            "reminder", approvers=waiting, expires_at=_dt(item.expires_at)
+        )
+        await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
+                                 reply_to=card.message_id)
+        self._store.audit("reminder_sent", at=self._bridge.now_ms(), chat_id=card.chat_id,
+                          agent_id=card.agent_id, item_id=card.item_id,
+                          approvers=[w["id"] for w in waiting])
+        log.info("reminded %d approver(s) of %s in chat %s", len(waiting), card.item_id,
+                 card.chat_id)
+
+
+def _dt(ms: int | None) -> object:
+    from bot.cards import to_datetime
+
+    return to_datetime(ms)

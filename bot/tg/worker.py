@@ -1,0 +1,198 @@
+"""Brings every card in Telegram up to date with the store, paced per chat.
+
+Cards that need posting or editing are rows with a change counter (``cards.dirty``). The
+worker drains them one chat at a time (about one message per second per chat; PTB's
+``AIORateLimiter`` keeps the global and per-group limits), so a burst in one chat never
+starves another. Because the work list is in SQLite, a restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from bot.cards import card_status, keyboard, render_card
+from bot.config import Config
+from bot.errors import ChatMoved, ChatUnavailable, MessageGone, TelegramError, Throttled
+from bot.render import Renderer
+from bot.store import CardRow, Store
+from bot.tg.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY_S = 5.0
+STOP_TIMEOUT_S = 10.0
+
+
+class CardWorker:
+    """Posts new cards, edits changed ones, and attaches full content when a card was cut."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        gateway: Gateway,
+        renderer: Renderer,
+        config: Config,
+        clock: Callable[[], float],
+        private_chat: Callable[[int], bool],
+    ) -> None:
+        self._store = store
+        self._gateway = gateway
+        self._renderer = renderer
+        self._config = config
+        self._clock = clock
+        self._private_chat = private_chat
+        self._wake = asyncio.Event()
+        self._chats: dict[int, asyncio.Task[None]] = {}
+        self._last_send: dict[int, float] = {}
+        self._paused_until = 0.0
+        self._stopping = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Dispatch dirty cards to one drain task per chat, until :meth:`stop`."""
+        while not self._stopping:
+            self._dispatch()
+            await self._wake.wait()
+            self._wake.clear()
+
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Let every chat finish the card it is showing (so no posted card goes
+        unrecorded), then stop; whatever is left is resumed on the next start."""
+        self._stopping = True
+        self._wake.set()
+        tasks = list(self._chats.values())
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def idle(self) -> bool:
+        """No card waits to be shown (for tests and benchmarks)."""
+        return not self._chats and not self._pending_cards()
+
+    def _pending_cards(self) -> list[CardRow]:
+        return [c for c in self._store.dirty_cards(limit=1000)
+                if not self._store.chat_forbidden(c.chat_id)]
+
+    def _dispatch(self) -> None:
+        if self._stopping:
+            return
+        for card in self._pending_cards():
+            if card.chat_id not in self._chats:
+                task = asyncio.create_task(self._drain(card.chat_id))
+                self._chats[card.chat_id] = task
+                task.add_done_callback(functools.partial(self._drained, card.chat_id))
+
+    def _drained(self, chat_id: int, _task: asyncio.Task[None]) -> None:
+        self._chats.pop(chat_id, None)
+        self._wake.set()
+
+    async def _drain(self, chat_id: int) -> None:
+        while True:
+            cards = [c for c in self._store.dirty_cards(limit=1000) if c.chat_id == chat_id]
+            if not cards or self._stopping or self._store.chat_forbidden(chat_id):
+                return
+            for card in cards:
+                if self._stopping:
+                    return
+                current = self._store.card(card.card_id)
+                if current is None or not current.dirty:
+                    continue
+                try:
+                    await self._show(current)
+                except Throttled as exc:
+                    log.warning("Telegram asked to wait %.1f s (chat %s)", exc.retry_after,
+                                chat_id)
+                    self._paused_until = self._clock() + exc.retry_after
+                    await asyncio.sleep(exc.retry_after)
+                    break
+                except ChatMoved as exc:
+                    log.info("chat %s became supergroup %s; moving its cards", exc.old_chat_id,
+                             exc.new_chat_id)
+                    self._store.migrate_chat(exc.old_chat_id, exc.new_chat_id)
+                    self._wake.set()
+                    return
+                except ChatUnavailable as exc:
+                    log.warning("stopped posting in chat %s: %s", chat_id, exc)
+                    self._store.set_chat_forbidden(chat_id, True)
+                    return
+                except TelegramError as exc:
+                    log.warning("could not update card %s in chat %s: %s", card.card_id,
+                                chat_id, exc)
+                    await asyncio.sleep(RETRY_DELAY_S)
+                    break
+
+    async def _pace(self, chat_id: int) -> None:
+        now = self._clock()
+        wait = max(
+            self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
+            self._paused_until - now,
+        )
+        if wait > 0:
+            await asyncio.sleep(wait)
+        self._last_send[chat_id] = self._clock()
+
+    async def _show(self, card: CardRow) -> None:
+        item = self._store.item(card.agent_id, card.item_id)
+        generation = card.dirty
+        if item is None or (card.message_id is None and item.state != "open"):
+            self._store.card_clean(card.card_id, generation)  # closed before it was shown
+            return
+        policy = self._config.policy(card.chat_id, private=self._private_chat(card.chat_id))
+        votes = self._store.votes(card.card_id)
+        status = card_status(
+            item,
+            card,
+            votes=votes,
+            required=policy.required_approvals,
+            chat_title=self._store.chat_title(item.outcome_chat_id or card.chat_id),
+        )
+        peer = self._store.peer(card.agent_id)
+        rendered = render_card(
+            self._renderer,
+            item,
+            status,
+            agent_name=peer.name if peer else card.agent_id[:8],
+            secrets=policy.secrets,
+            now=datetime.fromtimestamp(self._clock(), UTC),
+        )
+        buttons = keyboard(item, card, votes=votes, required=policy.required_approvals)
+        await self._pace(card.chat_id)
+        message_id = card.message_id
+        if message_id is None:
+            message_id = await self._gateway.send(
+                card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
+                topic_id=card.topic_id,
+            )
+            now_ms = int(self._clock() * 1000)
+            with self._store.transaction():
+                self._store.card_posted(card.card_id, message_id, now_ms)
+                self._store.audit("card_posted", at=now_ms, chat_id=card.chat_id,
+                                  agent_id=card.agent_id, item_id=card.item_id,
+                                  message_id=message_id)
+            log.info("posted card for %s in chat %s", card.item_id, card.chat_id)
+        else:
+            try:
+                await self._gateway.edit(card.chat_id, message_id, rendered.html,
+                                         plain=rendered.plain, keyboard=buttons)
+            except MessageGone:
+                log.info("card for %s in chat %s was deleted; posting it again", card.item_id,
+                         card.chat_id)
+                self._store.card_posted_reset(card.card_id)
+                return
+        if rendered.attachment is not None and not card.attachment_sent:
+            await self._pace(card.chat_id)
+            await self._gateway.send_document(
+                card.chat_id, rendered.attachment.filename, rendered.attachment.content,
+                topic_id=card.topic_id, reply_to=message_id,
+            )
+            self._store.card_attachment_sent(card.card_id)
+        self._store.card_clean(card.card_id, generation)

@@ -1,0 +1,1120 @@
+"""A local stand-in for the Telegram Bot API, served over real HTTP on loopback.
+
+The bot under test reaches it through python-telegram-bot's ``base_url``::
+
+    async with TelegramStub(token="123:ABC") as tg:
+        bot = Bot("123:ABC", base_url=f"{tg.api_url}/bot")
+
+It keeps a small world (users, chats, messages, pending updates) and answers the methods the
+bot uses with the Bot API's JSON shapes. What Telegram refuses it refuses with Telegram's own
+error descriptions (see `tg_html` for HTML parse mode), so PTB raises the exceptions it would
+raise against Telegram. Tests inject user actions (`send_text`, `tap`, `inject`), inspect the
+resulting state (`messages`, `requests`, `callback_answers`) and wait on it (`wait_for`).
+The server runs in the test's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.parser
+import email.policy
+import html
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from tg_html import Entity, HtmlRefused, checked_link, parse_caption, parse_html
+
+logger = logging.getLogger(__name__)
+
+BOT_USERNAME = "skald_test_bot"
+BOT_FIRST_NAME = "Skald Test"
+LONG_POLL_CAP = 1.0
+"""Longest a getUpdates long poll is held open, whatever timeout the client asks for."""
+DEFAULT_UPDATE_TYPES = frozenset(
+    {
+        "message", "edited_message", "channel_post", "edited_channel_post", "inline_query",
+        "chosen_inline_result", "callback_query", "shipping_query", "pre_checkout_query",
+        "poll", "poll_answer", "my_chat_member", "chat_join_request",
+    }
+)  # fmt: skip
+PACED_METHODS = frozenset(
+    {"sendMessage", "sendDocument", "editMessageText", "editMessageReplyMarkup"}
+)
+
+_QUERY_EXPIRED = "Bad Request: query is too old and response timeout expired or query ID is invalid"
+_NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
+_INT_PARAMS = frozenset(
+    {
+        "chat_id", "message_id", "offset", "limit", "timeout", "user_id", "message_thread_id",
+        "reply_to_message_id", "cache_time", "from_chat_id",
+    }
+)  # fmt: skip
+_BOOL_PARAMS = frozenset(
+    {
+        "show_alert", "disable_notification", "protect_content", "drop_pending_updates",
+        "disable_web_page_preview", "allow_sending_without_reply",
+        "disable_content_type_detection",
+    }
+)  # fmt: skip
+_JSON_PARAMS = frozenset(
+    {
+        "reply_markup", "reply_parameters", "link_preview_options", "allowed_updates",
+        "commands", "scope", "entities", "caption_entities",
+    }
+)  # fmt: skip
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+
+
+class ApiError(Exception):
+    """A Bot API error answer: ``{"ok": false, "error_code": …, "description": …}``."""
+
+    def __init__(
+        self, error_code: int, description: str, parameters: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(description)
+        self.error_code = error_code
+        self.description = description
+        self.parameters = parameters
+
+    def payload(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "ok": False,
+            "error_code": self.error_code,
+            "description": self.description,
+        }
+        if self.parameters:
+            body["parameters"] = self.parameters
+        return body
+
+
+def bad_request(description: str) -> ApiError:
+    return ApiError(400, f"Bad Request: {description}")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file part of a multipart request."""
+
+    filename: str
+    data: bytes
+    content_type: str
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    filename: str
+    data: bytes
+    mime_type: str
+    file_id: str
+
+
+@dataclass(frozen=True)
+class MessageVersion:
+    """A message's content before an edit."""
+
+    text: str
+    html: str | None
+    entities: list[Entity]
+    reply_markup: dict[str, Any] | None
+
+
+@dataclass
+class StoredMessage:
+    """The current state of one message in a chat, as Telegram keeps it."""
+
+    chat_id: int
+    message_id: int
+    date: int
+    from_id: int
+    text: str
+    html: str | None
+    entities: list[Entity]
+    reply_markup: dict[str, Any] | None = None
+    thread_id: int | None = None
+    reply_to: int | None = None
+    document: StoredDocument | None = None
+    edits: list[MessageVersion] = field(default_factory=list)
+    edit_date: int | None = None
+    deleted: bool = False
+    service: dict[str, Any] | None = None
+
+    def version(self) -> MessageVersion:
+        return MessageVersion(self.text, self.html, list(self.entities), self.reply_markup)
+
+    def buttons(self) -> list[dict[str, Any]]:
+        rows = (self.reply_markup or {}).get("inline_keyboard", [])
+        return [button for row in rows for button in row]
+
+
+class RecordedRequest(NamedTuple):
+    method: str
+    params: dict[str, Any]
+    at: float
+    """`loop.time()` when the request arrived."""
+
+
+@dataclass
+class _Chat:
+    id: int
+    type: str
+    title: str | None = None
+    user_id: int | None = None
+    admins: list[int] = field(default_factory=list)
+    members: set[int] = field(default_factory=set)
+    is_forum: bool = False
+    migrated_to: int | None = None
+    blocked: bool = False
+
+
+@dataclass
+class _Failure:
+    error_code: int
+    description: str
+    parameters: dict[str, Any] | None
+    remaining: int
+
+
+class _ChangeSignal:
+    """Wakes every waiter on each change of state; fired from plain (non-async) code too."""
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def fire(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `predicate()` holds; False if `timeout` seconds pass first."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    waiter = loop.create_future()
+                    self._waiters.add(waiter)
+                    try:
+                        await waiter
+                    finally:
+                        self._waiters.discard(waiter)
+        except TimeoutError:
+            return False
+        return True
+
+
+@dataclass
+class _HttpRequest:
+    method: str
+    target: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def keep_alive(self) -> bool:
+        return self.headers.get("connection", "").lower() != "close"
+
+
+class TelegramStub:
+    """A fake Bot API server with a small world model; see the module docstring."""
+
+    def __init__(self, token: str = "123:ABC", *, long_poll_cap: float = LONG_POLL_CAP) -> None:
+        self.token = token
+        prefix = token.partition(":")[0]
+        self.bot_id = int(prefix) if prefix.isdigit() and int(prefix) != 777000 else 5000000001
+        self.long_poll_cap = long_poll_cap
+        self.requests: list[RecordedRequest] = []
+        self.callback_answers: dict[str, dict[str, Any]] = {}
+        self.commands: dict[str, list[dict[str, Any]]] = {}
+        self._users: dict[int, dict[str, Any]] = {}
+        self._chats: dict[int, _Chat] = {}
+        self._messages: dict[int, dict[int, StoredMessage]] = {}
+        self._next_message_id: dict[int, int] = {}
+        self._updates: list[dict[str, Any]] = []
+        self._next_update_id = 1
+        self._allowed_updates = DEFAULT_UPDATE_TYPES
+        self._poll_generation = 0
+        self._open_queries: set[str] = set()
+        self._next_query_id = 1
+        self._failures: dict[str, list[_Failure]] = {}
+        self._paced: list[tuple[float, int]] = []
+        self._files: dict[str, StoredDocument] = {}
+        self._changed = _ChangeSignal()
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self.api_url = ""
+        self._handlers = {
+            name.removeprefix("_api_").lower(): getattr(self, name)
+            for name in dir(self)
+            if name.startswith("_api_")
+        }
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> TelegramStub:
+        self._server = await asyncio.start_server(self._serve_connection, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.api_url = f"http://127.0.0.1:{port}"
+        logger.debug("telegram stub listening on port %d", port)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._closing = True
+        self._changed.fire()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # --- world ---------------------------------------------------------------------------
+
+    def add_user(
+        self,
+        id: int,  # the Bot API names it so
+        first_name: str,
+        last_name: str | None = None,
+        username: str | None = None,
+    ) -> dict[str, Any]:
+        user: dict[str, Any] = {"id": id, "is_bot": False, "first_name": first_name}
+        if last_name is not None:
+            user["last_name"] = last_name
+        if username is not None:
+            user["username"] = username
+        self._users[id] = user
+        return user
+
+    def add_private_chat(self, user_id: int) -> dict[str, Any]:
+        self._user(user_id)
+        self._chats[user_id] = _Chat(user_id, "private", user_id=user_id)
+        return self._chat_json(self._chats[user_id])
+
+    def add_group(
+        self,
+        chat_id: int,
+        title: str,
+        *,
+        admins: list[int],
+        members: list[int],
+        forum: bool = False,
+        supergroup: bool = True,
+    ) -> dict[str, Any]:
+        for user_id in [*admins, *members]:
+            if user_id != self.bot_id:
+                self._user(user_id)
+        chat = _Chat(
+            chat_id,
+            "supergroup" if supergroup else "group",
+            title=title,
+            admins=list(admins),
+            members={*admins, *members},
+            is_forum=forum,
+        )
+        self._chats[chat_id] = chat
+        return self._chat_json(chat)
+
+    def bot_user(self) -> dict[str, Any]:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": BOT_FIRST_NAME,
+            "username": BOT_USERNAME,
+        }
+
+    # --- failure injection --------------------------------------------------------------
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        error_code: int,
+        description: str,
+        parameters: dict[str, Any] | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next `times` calls of `method` with this error instead of handling them."""
+        failure = _Failure(error_code, description, parameters, times)
+        self._failures.setdefault(method.lower(), []).append(failure)
+
+    def rate_limit_storm(self, times: int, retry_after: int) -> None:
+        """The next `times` sendMessage calls get 429 "retry after `retry_after`"."""
+        self.fail_next(
+            "sendMessage",
+            error_code=429,
+            description=f"Too Many Requests: retry after {retry_after}",
+            parameters={"retry_after": retry_after},
+            times=times,
+        )
+
+    def block_bot(self, chat_id: int) -> None:
+        """The user blocked the bot (or the group removed it): sends there get 403."""
+        self._chat(chat_id).blocked = True
+
+    def migrate_group(self, old_id: int, new_id: int) -> list[dict[str, Any]]:
+        """Upgrade a group to a supergroup; returns the two service-message updates."""
+        old = self._chat(old_id)
+        old.migrated_to = new_id
+        self._chats[new_id] = _Chat(
+            new_id, "supergroup", old.title, None, list(old.admins), set(old.members), old.is_forum
+        )
+        actor = old.admins[0] if old.admins else next(iter(old.members))
+        return [
+            self._inject_message(old_id, actor, {"migrate_to_chat_id": new_id}),
+            self._inject_message(new_id, actor, {"migrate_from_chat_id": old_id}),
+        ]
+
+    # --- injected user actions ----------------------------------------------------------
+
+    def send_text(
+        self,
+        chat_id: int,
+        user_id: int,
+        text: str,
+        *,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+    ) -> dict[str, Any]:
+        """A user writes `text` in a chat; returns the queued message update."""
+        chat = self._chat(chat_id)
+        visible, entities = parse_html(html.escape(text, quote=False))
+        if reply_to is not None:
+            self._stored(chat_id, reply_to)
+        message = self._store(
+            chat,
+            from_id=self._user(user_id)["id"],
+            text=visible,
+            html=None,
+            entities=entities,
+            thread_id=thread_id,
+            reply_to=reply_to,
+        )
+        return self.inject({"message": self._message_json(message)})
+
+    def tap(
+        self, chat_id: int, message_id: int, user_id: int, data: str, *, forged: bool = False
+    ) -> str:
+        """A user taps an inline button; returns the callback query id.
+
+        The message must carry a button with this callback_data, as on Telegram; pass
+        ``forged=True`` to send data no button carries (a crafted or stale client).
+        """
+        message = self._stored(chat_id, message_id)
+        if not forged and data not in {b.get("callback_data") for b in message.buttons()}:
+            raise AssertionError(
+                f"message {message_id} in chat {chat_id} has no button with data {data!r}"
+            )
+        query_id = f"{self.bot_id}{self._next_query_id:08d}"
+        self._next_query_id += 1
+        self._open_queries.add(query_id)
+        self.inject(
+            {
+                "callback_query": {
+                    "id": query_id,
+                    "from": self._user(user_id),
+                    "message": self._message_json(message),
+                    "chat_instance": str(abs(chat_id) * 7919),
+                    "data": data,
+                }
+            }
+        )
+        return query_id
+
+    def inject(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Queue an update for getUpdates, numbering it unless it has an update_id."""
+        if "update_id" not in update:
+            update = {"update_id": self._next_update_id, **update}
+        self._next_update_id = max(self._next_update_id, update["update_id"]) + 1
+        self._updates.append(update)
+        self._changed.fire()
+        return update
+
+    # --- inspection ---------------------------------------------------------------------
+
+    def messages(self, chat_id: int) -> list[StoredMessage]:
+        """Every message of a chat in order, deleted ones flagged, each in its current state."""
+        return list(self._messages.get(chat_id, {}).values())
+
+    def bot_messages(self, chat_id: int) -> list[StoredMessage]:
+        return [m for m in self.messages(chat_id) if m.from_id == self.bot_id]
+
+    def calls(self, method: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.method.lower() == method.lower()]
+
+    def max_rate(self, chat_id: int | None = None, *, window: float = 1.0) -> int:
+        """Most paced calls (sends and edits) inside any `window` seconds, for one chat or all."""
+        times = sorted(t for t, chat in self._paced if chat_id is None or chat == chat_id)
+        best = start = 0
+        for end, moment in enumerate(times):
+            while moment - times[start] >= window:
+                start += 1
+            best = max(best, end - start + 1)
+        return best
+
+    async def wait_for(
+        self, predicate: Callable[[TelegramStub], bool], timeout: float = 10
+    ) -> None:
+        """Wait until `predicate(stub)` holds; re-checked after every change of state."""
+        if not await self._changed.wait_until(lambda: predicate(self), timeout):
+            raise AssertionError(
+                f"condition not met within {timeout} s; recent requests:\n{self._summary()}"
+            )
+
+    def _summary(self, last: int = 15) -> str:
+        recent = [r for r in self.requests if r.method != "getUpdates"][-last:]
+        lines = [f"  {r.method} {_abridged(r.params)}" for r in recent]
+        return "\n".join(lines) or "  (none)"
+
+    # --- HTTP ---------------------------------------------------------------------------
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            while not self._closing:
+                request = await _read_http_request(reader)
+                if request is None:
+                    break
+                status, body = await self._answer(request)
+                writer.write(_http_response(status, body, request.keep_alive))
+                await writer.drain()
+                if not request.keep_alive:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            logger.debug("telegram stub: client went away")
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _answer(self, request: _HttpRequest) -> tuple[int, bytes]:
+        path, _, query = request.target.partition("?")
+        prefix = f"/bot{self.token}/"
+        try:
+            if not path.startswith("/bot"):
+                raise ApiError(404, "Not Found")
+            if not path.startswith(prefix):
+                raise ApiError(401, "Unauthorized")
+            method = path[len(prefix) :]
+            params = _request_params(request, query)
+            result = await self._call(method, params)
+            payload: dict[str, Any] = {"ok": True, "result": result}
+            status = 200
+        except ApiError as error:
+            payload, status = error.payload(), error.error_code
+        finally:
+            self._changed.fire()
+        return status, json.dumps(payload).encode()
+
+    async def _call(self, method: str, params: dict[str, Any]) -> Any:
+        handler = self._handlers.get(method.lower())
+        canonical = handler.__name__.removeprefix("_api_") if handler else method
+        loop = asyncio.get_running_loop()
+        self.requests.append(RecordedRequest(canonical, params, loop.time()))
+        self._changed.fire()
+        if canonical in PACED_METHODS and isinstance(params.get("chat_id"), int):
+            self._paced.append((loop.time(), params["chat_id"]))
+        failures = self._failures.get(method.lower())
+        if failures:
+            failure = failures[0]
+            failure.remaining -= 1
+            if failure.remaining <= 0:
+                failures.pop(0)
+            raise ApiError(failure.error_code, failure.description, failure.parameters)
+        if handler is None:
+            raise ApiError(404, "Not Found: method not found")
+        return await handler(params)
+
+    # --- Bot API methods ----------------------------------------------------------------
+
+    async def _api_getMe(self, params: dict[str, Any]) -> Any:
+        return {
+            **self.bot_user(),
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    async def _api_deleteWebhook(self, params: dict[str, Any]) -> Any:
+        if params.get("drop_pending_updates"):
+            self._updates.clear()
+        return True
+
+    async def _api_getWebhookInfo(self, params: dict[str, Any]) -> Any:
+        return {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+
+    async def _api_setMyCommands(self, params: dict[str, Any]) -> Any:
+        commands = params.get("commands")
+        if not isinstance(commands, list) or len(commands) > 100:
+            raise bad_request('parameter "commands" is required and must be an Array')
+        self.commands[_scope_key(params)] = commands
+        return True
+
+    async def _api_getMyCommands(self, params: dict[str, Any]) -> Any:
+        return self.commands.get(_scope_key(params), [])
+
+    async def _api_deleteMyCommands(self, params: dict[str, Any]) -> Any:
+        self.commands.pop(_scope_key(params), None)
+        return True
+
+    async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
+        self._chat_to_send(params)
+        return True
+
+    async def _api_getUpdates(self, params: dict[str, Any]) -> Any:
+        offset = params.get("offset")
+        if isinstance(offset, int) and offset > 0:
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]
+        allowed = params.get("allowed_updates")
+        if isinstance(allowed, list):
+            self._allowed_updates = frozenset(allowed) or DEFAULT_UPDATE_TYPES
+        limit = max(1, min(int(params.get("limit") or 100), 100))
+        self._poll_generation += 1
+        generation = self._poll_generation
+        wait = min(float(params.get("timeout") or 0), self.long_poll_cap)
+
+        def ready() -> bool:
+            superseded = generation != self._poll_generation
+            return self._closing or superseded or bool(self._deliverable(offset))
+
+        if wait > 0:
+            await self._changed.wait_until(ready, wait)
+        if generation != self._poll_generation and not self._closing:
+            raise ApiError(
+                409,
+                "Conflict: terminated by other getUpdates request; make sure that only one "
+                "bot instance is running",
+            )
+        return self._deliverable(offset)[:limit]
+
+    def _deliverable(self, offset: Any) -> list[dict[str, Any]]:
+        updates = self._updates
+        if isinstance(offset, int) and offset < 0:
+            updates = updates[offset:]
+        return [u for u in updates if _update_type(u) in self._allowed_updates]
+
+    async def _api_sendMessage(self, params: dict[str, Any]) -> Any:
+        chat = self._chat_to_send(params)
+        text = params.get("text")
+        if not isinstance(text, str) or not text:
+            raise bad_request("message text is empty")
+        visible, entities = _parse(text, params.get("parse_mode"), caption=False)
+        markup = _checked_markup(params.get("reply_markup"))
+        message = self._store(
+            chat,
+            from_id=self.bot_id,
+            text=visible,
+            html=text,
+            entities=entities,
+            reply_markup=markup if markup and "inline_keyboard" in markup else None,
+            thread_id=params.get("message_thread_id"),
+            reply_to=self._reply_target(chat, params),
+        )
+        return self._message_json(message)
+
+    async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
+        chat = self._chat_to_send(params)
+        document = self._document(params.get("document"), chat.id)
+        caption = params.get("caption") or ""
+        visible, entities = _parse(caption, params.get("parse_mode"), caption=True)
+        markup = _checked_markup(params.get("reply_markup"))
+        message = self._store(
+            chat,
+            from_id=self.bot_id,
+            text=visible,
+            html=caption or None,
+            entities=entities,
+            reply_markup=markup if markup and "inline_keyboard" in markup else None,
+            thread_id=params.get("message_thread_id"),
+            reply_to=self._reply_target(chat, params),
+            document=document,
+        )
+        return self._message_json(message)
+
+    async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
+        message = self._message_to_edit(params)
+        if message.document is not None:
+            raise bad_request("there is no text in the message to edit")
+        text = params.get("text")
+        if not isinstance(text, str) or not text:
+            raise bad_request("message text is empty")
+        visible, entities = _parse(text, params.get("parse_mode"), caption=False)
+        markup = _inline_markup(params.get("reply_markup"))
+        if (visible, entities, markup) == (message.text, message.entities, message.reply_markup):
+            raise ApiError(400, _NOT_MODIFIED)
+        message.edits.append(message.version())
+        message.text, message.html, message.entities = visible, text, entities
+        message.reply_markup = markup
+        message.edit_date = int(time.time())
+        return self._message_json(message)
+
+    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> Any:
+        message = self._message_to_edit(params)
+        markup = _inline_markup(params.get("reply_markup"))
+        if markup == message.reply_markup:
+            raise ApiError(400, _NOT_MODIFIED)
+        message.edits.append(message.version())
+        message.reply_markup = markup
+        message.edit_date = int(time.time())
+        return self._message_json(message)
+
+    async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
+        chat = self._chat_to_send(params)
+        message = self._messages.get(chat.id, {}).get(params.get("message_id", 0))
+        if message is None or message.deleted:
+            raise bad_request("message to delete not found")
+        message.deleted = True
+        return True
+
+    async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:
+        query_id = str(params.get("callback_query_id", ""))
+        if query_id not in self._open_queries:
+            raise ApiError(400, _QUERY_EXPIRED)
+        if len(params.get("text") or "") > 200:
+            raise bad_request("MESSAGE_TOO_LONG")
+        self._open_queries.discard(query_id)
+        self.callback_answers[query_id] = params
+        return True
+
+    async def _api_getChat(self, params: dict[str, Any]) -> Any:
+        chat = self._chat_by_param(params)
+        return {
+            **self._chat_json(chat),
+            "accent_color_id": 0,
+            "max_reaction_count": 11,
+            "accepted_gift_types": {
+                "unlimited_gifts": False,
+                "limited_gifts": False,
+                "unique_gifts": False,
+                "premium_subscription": False,
+                "gifts_from_channels": False,
+            },
+        }
+
+    async def _api_getChatAdministrators(self, params: dict[str, Any]) -> Any:
+        chat = self._chat_by_param(params)
+        if chat.type == "private":
+            raise bad_request("there are no administrators in the private chat")
+        return [self._member_json(chat, user_id) for user_id in chat.admins]
+
+    async def _api_getChatMember(self, params: dict[str, Any]) -> Any:
+        chat = self._chat_by_param(params)
+        user_id = params.get("user_id")
+        if not isinstance(user_id, int) or (user_id not in self._users and user_id != self.bot_id):
+            raise bad_request("user not found")
+        return self._member_json(chat, user_id)
+
+    # --- helpers for the methods --------------------------------------------------------
+
+    def _user(self, user_id: int) -> dict[str, Any]:
+        if user_id == self.bot_id:
+            return self.bot_user()
+        if user_id not in self._users:
+            raise ValueError(f"unknown user {user_id}: add it with add_user() first")
+        return self._users[user_id]
+
+    def _chat(self, chat_id: int) -> _Chat:
+        if chat_id not in self._chats:
+            raise ValueError(f"unknown chat {chat_id}: add it with add_private_chat/add_group")
+        return self._chats[chat_id]
+
+    def _chat_by_param(self, params: dict[str, Any]) -> _Chat:
+        chat_id = params.get("chat_id")
+        if not isinstance(chat_id, int) or chat_id not in self._chats:
+            raise bad_request("chat not found")
+        chat = self._chats[chat_id]
+        if chat.migrated_to is not None:
+            raise ApiError(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                {"migrate_to_chat_id": chat.migrated_to},
+            )
+        return chat
+
+    def _chat_to_send(self, params: dict[str, Any]) -> _Chat:
+        chat = self._chat_by_param(params)
+        if chat.blocked:
+            raise ApiError(403, _blocked_description(chat))
+        return chat
+
+    def _stored(self, chat_id: int, message_id: int) -> StoredMessage:
+        message = self._messages.get(chat_id, {}).get(message_id)
+        if message is None:
+            raise ValueError(f"no message {message_id} in chat {chat_id}")
+        return message
+
+    def _message_to_edit(self, params: dict[str, Any]) -> StoredMessage:
+        if "inline_message_id" in params:
+            raise bad_request("inline messages are not supported by the test stub")
+        chat = self._chat_to_send(params)
+        message = self._messages.get(chat.id, {}).get(params.get("message_id", 0))
+        if message is None or message.deleted:
+            raise bad_request("message to edit not found")
+        if message.from_id != self.bot_id:
+            raise bad_request("message can't be edited")
+        return message
+
+    def _reply_target(self, chat: _Chat, params: dict[str, Any]) -> int | None:
+        reply = params.get("reply_parameters")
+        if isinstance(reply, dict):
+            target, lenient = reply.get("message_id"), reply.get("allow_sending_without_reply")
+        else:
+            target = params.get("reply_to_message_id")
+            lenient = params.get("allow_sending_without_reply")
+        if target is None:
+            return None
+        message = self._messages.get(chat.id, {}).get(target)
+        if message is None or message.deleted:
+            if lenient:
+                return None
+            raise bad_request("message to be replied not found")
+        return int(target)
+
+    def _document(self, value: Any, chat_id: int) -> StoredDocument:
+        if isinstance(value, Upload):
+            file_id = f"BQAC-{chat_id}-{len(self._files) + 1}"
+            document = StoredDocument(value.filename, value.data, value.content_type, file_id)
+            self._files[file_id] = document
+            return document
+        if isinstance(value, str) and value in self._files:
+            return self._files[value]
+        raise bad_request("wrong remote file identifier specified: can't unserialize it")
+
+    def _store(
+        self,
+        chat: _Chat,
+        *,
+        from_id: int,
+        text: str,
+        html: str | None,
+        entities: list[Entity],
+        reply_markup: dict[str, Any] | None = None,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+        document: StoredDocument | None = None,
+        service: dict[str, Any] | None = None,
+    ) -> StoredMessage:
+        message_id = self._next_message_id.get(chat.id, 1)
+        self._next_message_id[chat.id] = message_id + 1
+        message = StoredMessage(
+            chat_id=chat.id,
+            message_id=message_id,
+            date=int(time.time()),
+            from_id=from_id,
+            text=text,
+            html=html,
+            entities=entities,
+            reply_markup=reply_markup,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            document=document,
+            service=service,
+        )
+        self._messages.setdefault(chat.id, {})[message_id] = message
+        return message
+
+    def _inject_message(
+        self, chat_id: int, user_id: int, service: dict[str, Any]
+    ) -> dict[str, Any]:
+        chat = self._chat(chat_id)
+        message = self._store(
+            chat, from_id=user_id, text="", html=None, entities=[], service=service
+        )
+        return self.inject({"message": self._message_json(message)})
+
+    def _chat_json(self, chat: _Chat) -> dict[str, Any]:
+        if chat.type == "private":
+            user = self._user(chat.user_id or chat.id)
+            fields = {k: v for k, v in user.items() if k in {"first_name", "last_name", "username"}}
+            return {"id": chat.id, "type": "private", **fields}
+        result: dict[str, Any] = {"id": chat.id, "type": chat.type, "title": chat.title}
+        if chat.is_forum:
+            result["is_forum"] = True
+        return result
+
+    def _member_json(self, chat: _Chat, user_id: int) -> dict[str, Any]:
+        user = self._user(user_id)
+        if chat.type == "private":
+            return {"status": "member", "user": user}
+        if chat.admins and user_id == chat.admins[0]:
+            return {"status": "creator", "user": user, "is_anonymous": False}
+        if user_id in chat.admins:
+            rights = [
+                "can_manage_chat", "can_delete_messages", "can_manage_video_chats",
+                "can_restrict_members", "can_change_info", "can_invite_users", "can_pin_messages",
+            ]  # fmt: skip
+            return {
+                "status": "administrator",
+                "user": user,
+                "can_be_edited": False,
+                "is_anonymous": False,
+                "can_promote_members": False,
+                "can_post_stories": False,
+                "can_edit_stories": False,
+                "can_delete_stories": False,
+                "can_manage_topics": chat.is_forum,
+                **dict.fromkeys(rights, True),
+            }
+        if user_id in chat.members:
+            return {"status": "member", "user": user}
+        return {"status": "left", "user": user}
+
+    def _message_json(self, message: StoredMessage, *, nested: bool = False) -> dict[str, Any]:
+        chat = self._chats[message.chat_id]
+        result: dict[str, Any] = {
+            "message_id": message.message_id,
+            "date": message.date,
+            "chat": self._chat_json(chat),
+            "from": self._user(message.from_id),
+        }
+        is_document = message.document is not None
+        text_key = "caption" if is_document else "text"
+        entities_key = "caption_entities" if is_document else "entities"
+        if message.text or (message.document is None and message.service is None):
+            result[text_key] = message.text
+        if message.entities:
+            result[entities_key] = [self._entity_json(e) for e in message.entities]
+        if message.document is not None:
+            result["document"] = {
+                "file_id": message.document.file_id,
+                "file_unique_id": message.document.file_id.replace("-", ""),
+                "file_name": message.document.filename,
+                "mime_type": message.document.mime_type,
+                "file_size": len(message.document.data),
+            }
+        if message.service:
+            result.update(message.service)
+        if message.reply_markup:
+            result["reply_markup"] = message.reply_markup
+        if message.edit_date is not None:
+            result["edit_date"] = message.edit_date
+        if message.thread_id is not None:
+            result["message_thread_id"] = message.thread_id
+            if chat.is_forum:
+                result["is_topic_message"] = True
+        if message.reply_to is not None and not nested:
+            replied = self._messages[message.chat_id][message.reply_to]
+            result["reply_to_message"] = self._message_json(replied, nested=True)
+        return result
+
+    def _entity_json(self, entity: Entity) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "type": entity.type,
+            "offset": entity.offset,
+            "length": entity.length,
+        }
+        if entity.type == "text_link":
+            result["url"] = entity.url
+        elif entity.type == "text_mention" and entity.url:
+            user_id = int(entity.url.rpartition("=")[2])
+            result["user"] = self._users.get(
+                user_id, {"id": user_id, "is_bot": False, "first_name": ""}
+            )
+        elif entity.type == "pre" and entity.language:
+            result["language"] = entity.language
+        return result
+
+
+# --- request decoding and validation -----------------------------------------------------
+
+
+async def _read_http_request(reader: asyncio.StreamReader) -> _HttpRequest | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    request_line, *header_lines = head.decode("latin-1").split("\r\n")
+    method, target, _version = request_line.split(" ", 2)
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = await _read_chunked(reader)
+    else:
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return _HttpRequest(method, target, headers, body)
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")
+            return b"".join(chunks)
+        chunks.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+
+
+def _http_response(status: int, body: bytes, keep_alive: bool) -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def _request_params(request: _HttpRequest, query: str) -> dict[str, Any]:
+    """Decode the parameters the way the Bot API does: query, JSON, url-encoded or multipart."""
+    raw: dict[str, Any] = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    content_type = request.headers.get("content-type", "")
+    try:
+        if content_type.startswith("application/json"):
+            raw.update(json.loads(request.body or b"{}"))
+        elif content_type.startswith("application/x-www-form-urlencoded"):
+            raw.update(urllib.parse.parse_qsl(request.body.decode(), keep_blank_values=True))
+        elif content_type.startswith("multipart/form-data"):
+            raw.update(_multipart_fields(content_type, request.body))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise bad_request(f"can't parse request body: {error}") from None
+    return {name: _typed(name, value) for name, value in raw.items()}
+
+
+def _multipart_fields(content_type: str, body: bytes) -> dict[str, Any]:
+    envelope = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode() + body
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(envelope)
+    fields: dict[str, Any] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        data = part.get_payload(decode=True)
+        if not isinstance(name, str) or not isinstance(data, bytes):
+            continue
+        filename = part.get_filename()
+        if filename is not None:
+            fields[name] = Upload(filename, data, part.get_content_type())
+        else:
+            fields[name] = data.decode(part.get_content_charset() or "utf-8")
+    return fields
+
+
+def _typed(name: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if name in _INT_PARAMS and value.lstrip("-").isdigit():
+        return int(value)
+    if name in _BOOL_PARAMS:
+        return value.lower() == "true"
+    if name in _JSON_PARAMS:
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise bad_request(f"can't parse {name} JSON object") from None
+    return value
+
+
+def _parse(text: str, parse_mode: Any, *, caption: bool) -> tuple[str, list[Entity]]:
+    if parse_mode is None or parse_mode == "":
+        text = html.escape(text, quote=False)
+    elif not isinstance(parse_mode, str) or parse_mode.lower() != "html":
+        raise bad_request(f"unsupported parse_mode {parse_mode!r} (the stub speaks HTML)")
+    try:
+        return parse_caption(text) if caption else parse_html(text)
+    except HtmlRefused as refused:
+        raise ApiError(400, refused.description) from None
+
+
+def _checked_markup(markup: Any) -> dict[str, Any] | None:
+    """Validate any reply_markup like Telegram; an empty inline keyboard means none."""
+    if markup is None:
+        return None
+    if not isinstance(markup, dict):
+        raise bad_request("can't parse reply keyboard markup JSON object")
+    if "inline_keyboard" in markup:
+        return _inline_markup(markup)
+    if "force_reply" in markup:
+        if len(markup.get("input_field_placeholder") or "") > 64:
+            raise bad_request("can't parse reply keyboard markup JSON object")
+        return markup
+    if "keyboard" in markup or "remove_keyboard" in markup:
+        return markup
+    raise bad_request("can't parse reply keyboard markup JSON object")
+
+
+def _inline_markup(markup: Any) -> dict[str, Any] | None:
+    """Validate an inline keyboard (the only markup a message keeps); None when absent."""
+    if markup is None:
+        return None
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        raise bad_request("inline keyboard expected")
+    if sum(len(row) for row in rows) > 100 or any(len(row) > 8 for row in rows):
+        raise bad_request("reply markup is too long")
+    for button in (button for row in rows for button in row):
+        _check_button(button)
+    kept = [row for row in rows if row]
+    return {"inline_keyboard": kept} if kept else None
+
+
+def _check_button(button: Any) -> None:
+    if not isinstance(button, dict) or not isinstance(button.get("text"), str):
+        raise bad_request(
+            'can\'t parse inline keyboard button: Field "text" must be of type String'
+        )
+    data = button.get("callback_data")
+    if data is not None:
+        if not isinstance(data, str) or data == "":
+            raise bad_request(
+                "can't parse inline keyboard button: Text buttons are unallowed in the inline "
+                "keyboard"
+            )
+        if len(data.encode("utf-8")) > 64:
+            raise bad_request("BUTTON_DATA_INVALID")
+        return
+    url = button.get("url")
+    if url is not None:
+        if not isinstance(url, str) or checked_link(url) is None:
+            raise bad_request("BUTTON_URL_INVALID")
+        return
+    actions = {"login_url", "switch_inline_query", "switch_inline_query_current_chat",
+               "switch_inline_query_chosen_chat", "callback_game", "pay", "web_app",
+               "copy_text"}  # fmt: skip
+    if not actions & button.keys():
+        raise bad_request(
+            "can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
+        )
+
+
+def _scope_key(params: dict[str, Any]) -> str:
+    scope = params.get("scope") or {"type": "default"}
+    return f"{json.dumps(scope, sort_keys=True)}/{params.get('language_code', '')}"
+
+
+def _update_type(update: dict[str, Any]) -> str:
+    return next((key for key in update if key != "update_id"), "")
+
+
+def _blocked_description(chat: _Chat) -> str:
+    if chat.type == "private":
+        return "Forbidden: bot was blocked by the user"
+    return f"Forbidden: bot was kicked from the {chat.type} chat"
+
+
+def _abridged(params: dict[str, Any]) -> str:
+    def short(value: Any) -> str:
+        if isinstance(value, Upload):
+            return f"<{value.filename}: {len(value.data)} bytes>"
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    return ", ".join(f"{name}={short(value)}" for name, value in params.items())
