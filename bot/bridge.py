@@ -176,14 +176,19 @@ class Bridge:
             return
         self.store.set_rev(agent_id, update.rev, now)
         bindings = self.store.bindings_for_agent(agent_id)
+        chats = [(b.chat_id, b.topic_id if b.topic_id is not None else self._topic(b.chat_id))
+                 for b in bindings]
         for item in plan.new_items:
-            self._add_item(agent_id, item, bindings_chats=[(b.chat_id, b.topic_id)
-                                                          for b in bindings], now=now)
+            self._add_item(agent_id, item, bindings_chats=chats, now=now)
         for gone in plan.gone:
             at = int(gone.at.timestamp() * MS) if gone.at else now
             if self.store.close_item(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
                 self.store.audit("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
+
+    def _topic(self, chat_id: int) -> int | None:
+        chat = self.config.chats.get(chat_id)
+        return chat.topic if chat else None
 
     def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
         items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bot.policy import Action
-from bot.protocol.payloads import parse_approval, parse_clarification
+from bot.protocol.payloads import Approval, Clarification, parse_approval, parse_clarification
 from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
 from bot.store import CardRow, ItemRow, Vote
 
@@ -129,6 +129,14 @@ def keyboard(item: ItemRow, card: CardRow, *, votes: list[Vote], required: int) 
     return tuple(rows)
 
 
+def parse_item(item: ItemRow) -> Approval | Clarification:
+    """The stored item as the payload dataclass it was received as."""
+    body = json.loads(item.body_json)
+    if item.kind == "clarification":
+        return parse_clarification(body)
+    return parse_approval(body)
+
+
 def render_card(
     renderer: Renderer,
     item: ItemRow,
@@ -138,13 +146,11 @@ def render_card(
     secrets: SecretsMode,
     now: datetime,
 ) -> RenderedCard:
-    body = json.loads(item.body_json)
-    if item.kind == "clarification":
-        return renderer.question_card(
-            parse_clarification(body), agent_name=agent_name, now=now, status=status
-        )
+    parsed = parse_item(item)
+    if isinstance(parsed, Clarification):
+        return renderer.question_card(parsed, agent_name=agent_name, now=now, status=status)
     return renderer.approval_card(
-        parse_approval(body), agent_name=agent_name, secrets=secrets, now=now, status=status
+        parsed, agent_name=agent_name, secrets=secrets, now=now, status=status
     )
 
 

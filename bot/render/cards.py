@@ -132,6 +132,16 @@ class Renderer:
         except (jinja2.TemplateError, TypeError, ValueError, AttributeError) as exc:
             raise RenderError(f"template macros.html.j2 is broken: {exc}") from exc
 
+    def title(self, item: Approval | Clarification) -> str:
+        """An item's one-line title (summary or question) with every secret masked, for
+        lists such as /pending and /history."""
+        if isinstance(item, Approval):
+            mask = Masker(secret_values(item.blocks))
+            text = item.summary
+        else:
+            mask, text = Masker(()), item.question
+        return " ".join(mask(clean(text)).split())
+
     def approval_card(
         self,
         approval: Approval,

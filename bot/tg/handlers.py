@@ -24,7 +24,7 @@ from telegram.ext import (
 )
 
 from bot.bridge import Bridge, TapOutcome
-from bot.cards import parse_callback_data, to_datetime
+from bot.cards import parse_callback_data, parse_item, to_datetime
 from bot.config import ChatPolicy, Config
 from bot.errors import PairingError, SkaldError, TelegramError
 from bot.policy import Action, Decided, Permitted, Refused, Tallied
@@ -32,7 +32,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
-from bot.store import Store
+from bot.store import ItemRow, Store
 from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
 
@@ -278,7 +278,7 @@ class Handlers:
         for item, card in self._store.open_items_for_chat(chat.id):
             peer = self._store.peer(item.agent_id)
             entries.append({
-                "summary": _summary(item.body_json),
+                "summary": self._title(item),
                 "agent": peer.name if peer else item.agent_id[:8],
                 "link": _message_link(chat, card.message_id),
                 "expires_at": to_datetime(item.expires_at),
@@ -387,7 +387,10 @@ class Handlers:
         if agent_id is None or item_id is None:
             return ""
         item = self._store.item(agent_id, item_id)
-        return _summary(item.body_json) if item else item_id
+        return self._title(item) if item else item_id
+
+    def _title(self, item: ItemRow) -> str:
+        return self._renderer.title(parse_item(item))
 
     # -- chat lifecycle ---------------------------------------------------------------------
 
@@ -424,14 +427,6 @@ class Handlers:
         is_admin = change.new_chat_member.status in ("administrator", "creator")
         if was_admin != is_admin:
             self._store.forget_chat_admins(change.chat.id)
-
-
-def _summary(body_json: str) -> str:
-    import json
-
-    body = json.loads(body_json)
-    text = body.get("summary") or body.get("question") or ""
-    return str(text)
 
 
 def _message_link(chat: Chat, message_id: int | None) -> str | None:

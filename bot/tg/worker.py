@@ -9,9 +9,10 @@ starves another. Because the work list is in SQLite, a restart resumes where it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 from bot.cards import card_status, keyboard, render_card
@@ -130,7 +131,10 @@ class CardWorker:
                     await asyncio.sleep(RETRY_DELAY_S)
                     break
 
-    async def _pace(self, chat_id: int) -> None:
+    @contextlib.asynccontextmanager
+    async def _paced(self, chat_id: int) -> AsyncIterator[None]:
+        """Keep ``chat_pace_s`` between the end of one request to a chat and the start of
+        the next (measured after the request, which may have waited in the rate limiter)."""
         now = self._clock()
         wait = max(
             self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
@@ -138,7 +142,10 @@ class CardWorker:
         )
         if wait > 0:
             await asyncio.sleep(wait)
-        self._last_send[chat_id] = self._clock()
+        try:
+            yield
+        finally:
+            self._last_send[chat_id] = self._clock()
 
     async def _show(self, card: CardRow) -> None:
         item = self._store.item(card.agent_id, card.item_id)
@@ -165,13 +172,13 @@ class CardWorker:
             now=datetime.fromtimestamp(self._clock(), UTC),
         )
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals)
-        await self._pace(card.chat_id)
         message_id = card.message_id
         if message_id is None:
-            message_id = await self._gateway.send(
-                card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
-                topic_id=card.topic_id,
-            )
+            async with self._paced(card.chat_id):
+                message_id = await self._gateway.send(
+                    card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
+                    topic_id=card.topic_id,
+                )
             now_ms = int(self._clock() * 1000)
             with self._store.transaction():
                 self._store.card_posted(card.card_id, message_id, now_ms)
@@ -181,18 +188,19 @@ class CardWorker:
             log.info("posted card for %s in chat %s", card.item_id, card.chat_id)
         else:
             try:
-                await self._gateway.edit(card.chat_id, message_id, rendered.html,
-                                         plain=rendered.plain, keyboard=buttons)
+                async with self._paced(card.chat_id):
+                    await self._gateway.edit(card.chat_id, message_id, rendered.html,
+                                             plain=rendered.plain, keyboard=buttons)
             except MessageGone:
                 log.info("card for %s in chat %s was deleted; posting it again", card.item_id,
                          card.chat_id)
                 self._store.card_posted_reset(card.card_id)
                 return
         if rendered.attachment is not None and not card.attachment_sent:
-            await self._pace(card.chat_id)
-            await self._gateway.send_document(
-                card.chat_id, rendered.attachment.filename, rendered.attachment.content,
-                topic_id=card.topic_id, reply_to=message_id,
-            )
+            async with self._paced(card.chat_id):
+                await self._gateway.send_document(
+                    card.chat_id, rendered.attachment.filename, rendered.attachment.content,
+                    topic_id=card.topic_id, reply_to=message_id,
+                )
             self._store.card_attachment_sent(card.card_id)
         self._store.card_clean(card.card_id, generation)
