@@ -56,6 +56,19 @@ def _build_parser() -> argparse.ArgumentParser:
     relay.add_argument("--max-age", type=int, default=7 * 24 * 3600,
                        help="seconds an undelivered envelope is kept (default: 604800, 7 days)")
 
+    demo = sub.add_parser("demo", help="try it: relay, demo agent and bot in one process")
+    demo.add_argument("--config", help="take telegram.token from this file")
+    demo.add_argument("--state", help="keep the demo's state here (default: a temporary folder)")
+    demo.add_argument("--api-url", help="Bot API server (default: https://api.telegram.org)")
+
+    demo_agent = sub.add_parser("demo-agent", help="run the demo agent alone against a relay")
+    demo_agent.add_argument("--relay", required=True, help="the relay's ws:// or wss:// URL")
+    demo_agent.add_argument("--name", help="the agent's name (default: Skald demo agent)")
+    demo_agent.add_argument("--state", help="keep the agent's identity here")
+
+    doctor = sub.add_parser("doctor", help="check the setup and say how to fix what is wrong")
+    _add_config_option(doctor)
+
     render = sub.add_parser("render", help="print the Telegram card(s) for a payload file")
     render.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
     render.add_argument("--chat-type", choices=("private", "group"), default="private")
@@ -79,6 +92,14 @@ def _run(args: argparse.Namespace) -> int:
         from bot.relay.server import relay_command
 
         return relay_command(args)
+    if args.command in ("demo", "demo-agent"):
+        from bot import demo
+
+        return demo.demo_command(args) if args.command == "demo" else demo.demo_agent_command(args)
+    if args.command == "doctor":
+        from bot.doctor import doctor_command
+
+        return doctor_command(args)
     if args.command == "render":
         from bot.render.command import render_command
 
@@ -96,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every request URL, and Bot API URLs contain the bot token.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
     try:
         return _run(args)
     except SkaldError as exc:
@@ -103,3 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``skald-telegram render … | head``): not an error.
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,421 @@
+"""The whole bot against local stand-ins: card and decision latency, a paced burst, memory.
+
+Everything is real and on loopback: the relay server, an :class:`~bot.agent.Agent`, the bot
+(`bot.app.Bot`, PTB long polling) and the Telegram Bot API stand-in of the tests, reached
+over HTTP through ``api_url``.
+
+1. Latency, one item at a time in one private chat, per-chat pacing off
+   (``chat_pace_seconds = 0``): from the agent submitting an approval (its ``inbox_update``
+   going through the relay) to the card's ``sendMessage`` reaching the stand-in, and from an
+   injected tap to the decision opened by the agent. PTB's ``AIORateLimiter`` still allows 30
+   sends and edits per second overall and every item costs two (the card and its edit), so
+   items start at least :data:`ITEM_SPACING_S` apart: the numbers are the bot's own path,
+   not the limiter's queue. Floor: one relay hop, ``Agent.send_raw`` of an inbox of the same
+   size to a bare relay client whose handler only notes the arrival.
+2. A burst of approvals to an agent bound to many private chats (no 20-per-minute group
+   limit), with the default pacing (one message per second per chat) and rate limiter: time
+   until every card is posted, beside the least time those limits allow, and the highest
+   rates the stand-in saw.
+3. Peak RSS of the bot process (``python -m bot run``, a child process so that the agents,
+   relay and stand-in in this process are not counted) idle and then holding open items
+   from several agents (an ``inbox_update`` carries at most 1,000 items), and the size of its
+   SQLite files beside the items' own JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from telegram_stub import RecordedRequest, TelegramStub
+from world import (
+    ADA,
+    FAST_RELAY,
+    TOKEN,
+    World,
+    approval,
+    button_data,
+    make_world,
+    running_bot,
+)
+
+from bot.agent import Agent
+from bot.config import load_config
+from bot.protocol.identity import Identity
+from bot.relay.client import MemoryOutbox, RelayClient
+from bot.relay.server import RelayServer
+from bot.store import Store
+
+ITEM_SPACING_S = 0.075
+"""Least time between two latency items: two rate-limited calls each stay under 30/s."""
+OVERALL_LIMIT = 30
+"""Telegram's sends per second for one bot (and AIORateLimiter's default)."""
+GROUP_LIMIT_PER_MIN = 20
+ITEMS_PER_UPDATE = 1000
+"""The protocol's cap on approvals + clarifications in one ``inbox_update``."""
+BURST_USER_BASE = 900_000
+TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    latency_items: int
+    burst_items: int
+    burst_chats: int
+    open_items: int
+
+
+FULL = Sizes(latency_items=200, burst_items=20, burst_chats=50, open_items=10_000)
+QUICK = Sizes(latency_items=30, burst_items=10, burst_chats=10, open_items=1_000)
+
+
+# --- small helpers -----------------------------------------------------------------------
+
+
+def _percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
+    """Poll ``condition`` (for state no event announces, such as the card worker's queue)."""
+    deadline = _now() + timeout
+    while not condition():
+        if _now() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
+        await asyncio.sleep(0.002)
+
+
+async def _sent(tg: TelegramStub, needle: str, since: int) -> RecordedRequest:
+    """The first ``sendMessage`` after request ``since`` whose text holds ``needle``."""
+    found: list[RecordedRequest] = []
+
+    def arrived(stub: TelegramStub) -> bool:
+        found.extend(r for r in stub.requests[since:]
+                     if r.method == "sendMessage" and needle in str(r.params.get("text")))
+        return bool(found)
+
+    await tg.wait_for(arrived, timeout=TIMEOUT_S)
+    return found[0]
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB"
+
+
+def _title(text: str) -> None:
+    print(f"   {text}")
+
+
+def _row(label: str, value: str, floor: str = "", note: str = "") -> None:
+    """One line of a phase's table: what, measured, its floor or limit, a remark."""
+    print(f"     {label:<32} {value:>18}   {floor:>20}   {note}".rstrip())
+
+
+# --- 1. latency --------------------------------------------------------------------------
+
+
+async def _relay_hop_floor(world: World, rounds: int) -> list[float]:
+    """One relay hop: ``Agent.send_raw`` of a one-item inbox to a client that notes arrival."""
+    loop = asyncio.get_running_loop()
+    arrivals: asyncio.Queue[float] = asyncio.Queue()
+
+    async def note(_envelope: dict[str, object]) -> None:
+        arrivals.put_nowait(loop.time())
+
+    device = Identity.generate("bench device")
+    client = RelayClient(world.relay.url, device, handler=note, outbox=MemoryOutbox(),
+                         backoff_initial=FAST_RELAY["backoff_initial"])
+    task = asyncio.create_task(client.run())
+    world.agent.peers[device.id] = device.card  # a listener only: it never pairs
+    body = {**world.agent.inbox(), "approvals": [approval("floor0000")]}
+    try:
+        await _until(lambda: client.connected, "the floor client to connect", 10)
+        latencies = []
+        for _ in range(rounds):
+            started = loop.time()
+            world.agent.send_raw(device.id, "inbox_update", body)
+            arrived = await asyncio.wait_for(arrivals.get(), TIMEOUT_S)
+            latencies.append(arrived - started)
+        return latencies
+    finally:
+        del world.agent.peers[device.id]
+        await client.stop()
+        await task
+
+
+async def _decisions(agent: Agent, count: int) -> None:
+    await agent.wait_for(lambda a: len(a.decisions) >= count, TIMEOUT_S)
+
+
+async def _latency_items(world: World, count: int) -> tuple[list[float], list[float]]:
+    agent, tg, running = world.agent, world.tg, world.running
+    cards: list[float] = []
+    decisions: list[float] = []
+    for index in range(count):
+        item_id = f"lat{index:05d}"
+        started = _now()
+        since = len(tg.requests)
+        agent.submit_approval(approval(item_id))
+        needle = f"({item_id})"  # the approval's summary ends with it
+        posted = await _sent(tg, needle, since)
+        cards.append(posted.at - started)
+        card = await world.wait_card(ADA, needle, timeout=TIMEOUT_S)
+        tapped = _now()
+        tg.tap(ADA, card.message_id, ADA, button_data(card, "Approve"))
+        await _decisions(agent, index + 1)
+        decisions.append(_now() - tapped)
+        # Let the card edits and the agent's resolved update finish before the next item.
+        await _until(
+            lambda: agent.unsent == 0
+            and running.store.last_rev(agent.identity.id) == agent.rev
+            and running.store.outbox_depth() == 0
+            and running.worker.idle(),
+            "the bot to settle",
+        )
+        await asyncio.sleep(max(0.0, started + ITEM_SPACING_S - _now()))
+    return cards, decisions
+
+
+async def _latency(sizes: Sizes, tmp: Path) -> None:
+    async with make_world(tmp, chat_pace_seconds=0) as world, running_bot(world):
+        floor = await _relay_hop_floor(world, sizes.latency_items)
+        await world.pair(ADA)
+        cards, decisions = await _latency_items(world, sizes.latency_items)
+    _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
+           "chat pace 0")
+    _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart to stay under AIORateLimiter's "
+           "30/s)")
+    floor_p50, floor_p99 = _percentile(floor, 0.5), _percentile(floor, 0.99)
+    _row("", "p50 / p99", "floor p50 / p99")
+    for label, values in (
+        ("submit → card sendMessage", cards),
+        ("tap → decision at the agent", decisions),
+    ):
+        p50, p99 = _percentile(values, 0.5), _percentile(values, 0.99)
+        _row(label, f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms",
+             f"{floor_p50 * 1000:.2f} / {floor_p99 * 1000:.2f} ms",
+             f"{p50 / floor_p50:.1f}x at p50")
+    _title("  floor: one relay hop, Agent.send_raw of a one-item inbox to a bare relay client")
+
+
+def _over(seen: int, limit: int) -> str:
+    return "" if seen <= limit else f"OVER the limit by {seen - limit}"
+
+
+def _closest_sends(sends: list[RecordedRequest]) -> float:
+    """The shortest time between two consecutive sends to the same chat."""
+    by_chat: dict[int, list[float]] = {}
+    for request in sends:
+        by_chat.setdefault(int(request.params["chat_id"]), []).append(request.at)
+    gaps = [later - earlier for times in by_chat.values()
+            for earlier, later in itertools.pairwise(times)]
+    return min(gaps, default=float("inf"))
+
+
+# --- 2. burst ----------------------------------------------------------------------------
+
+
+async def _burst(sizes: Sizes, tmp: Path) -> None:
+    cards_total = sizes.burst_items * sizes.burst_chats
+    async with make_world(tmp, chat_pace_seconds=1.0) as world, running_bot(world) as running:
+        tg, agent = world.tg, world.agent
+        await world.pair(ADA)
+        agent_id = agent.identity.id
+        now_ms = int(time.time() * 1000)
+        chats = [BURST_USER_BASE + n for n in range(sizes.burst_chats)]
+        # Benchmark setup shortcut: bind the paired agent to the burst's private chats
+        # straight in the store, instead of pairing again in every chat.
+        running.store.unbind(agent_id, ADA)
+        for chat_id in chats:
+            tg.add_user(chat_id, f"User{chat_id}")
+            tg.add_private_chat(chat_id)
+            running.store.bind(agent_id, chat_id, None, now_ms)
+        burst_chats = set(chats)
+        since = len(tg.requests)
+        started = _now()
+        for index in range(sizes.burst_items):
+            agent.submit_approval(approval(f"burst{index:04d}"))
+
+        def posted(stub: TelegramStub) -> int:
+            return sum(len(stub.bot_messages(chat_id)) for chat_id in chats)
+
+        await tg.wait_for(lambda stub: posted(stub) >= cards_total, timeout=TIMEOUT_S)
+        sends = [r for r in tg.requests[since:]
+                 if r.method == "sendMessage" and r.params.get("chat_id") in burst_chats]
+        elapsed = max(r.at for r in sends) - started
+        per_chat_1s = max(tg.max_rate(chat_id) for chat_id in chats)
+        per_chat_60s = max(tg.max_rate(chat_id, window=60.0) for chat_id in chats)
+        overall_1s = tg.max_rate()
+        gaps = _closest_sends(sends)
+        # Least time the limits allow: one card per second in each chat, and 30 per second
+        # overall after the limiter's first full bucket of 30.
+        floor = max(sizes.burst_items - 1.0, (cards_total - OVERALL_LIMIT) / OVERALL_LIMIT)
+    _title(f"burst: {sizes.burst_items} approvals × {sizes.burst_chats} private chats = "
+           f"{cards_total} cards, chat pace 1 s, default AIORateLimiter")
+    _row("every card posted", f"{elapsed:.1f} s", f"floor {floor:.1f} s",
+         f"{len(sends)} sendMessage calls")
+    _row("most sends per chat in 1 s", f"{per_chat_1s}", "limit 1", _over(per_chat_1s, 1))
+    _row("closest two sends in one chat", f"{gaps:.3f} s", "pace 1.000 s",
+         "" if gaps >= 1 else "closer than the pace")
+    _row("most sends per chat in 60 s", f"{per_chat_60s}",
+         f"group limit {GROUP_LIMIT_PER_MIN}", "(private chats: not bound by it)")
+    _row("most sends overall in 1 s", f"{overall_1s}", f"limit {OVERALL_LIMIT}",
+         _over(overall_1s, OVERALL_LIMIT))
+    _title("  floor: the least time 1 card/s per chat and 30/s overall allow")
+
+
+# --- 3. memory ---------------------------------------------------------------------------
+
+
+def _config_toml(api_url: str, state_dir: Path) -> str:
+    return (
+        "[telegram]\n"
+        f"token = {json.dumps(TOKEN)}\n"
+        f"api_url = {json.dumps(api_url)}\n"
+        f"admins = [{ADA}]\n"
+        "[state]\n"
+        f"dir = {json.dumps(str(state_dir))}\n"
+    )
+
+
+def _bot_environment() -> dict[str, str]:
+    """This environment without the variables that would override the bench's config."""
+    overrides = {"TELEGRAM_BOT_TOKEN", "SKALD_TELEGRAM_CONFIG", "SKALD_TELEGRAM_STATE_DIR"}
+    return {name: value for name, value in os.environ.items() if name not in overrides}
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """A live process's peak RSS (``VmHWM``, what ``ru_maxrss`` reports once it exits)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc status")
+
+
+def _open_items(database: Path) -> int:
+    if not database.exists():
+        return 0
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+    connection.row_factory = sqlite3.Row
+    try:
+        return Store(connection, database).open_item_count()
+    except sqlite3.OperationalError:
+        return 0  # the bot has not created its tables yet
+    finally:
+        connection.close()
+
+
+@contextlib.asynccontextmanager
+async def _bot_process(config: Path, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "run", "--config", str(config)],
+            stdout=output, stderr=subprocess.STDOUT, env=_bot_environment(),
+        )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, 30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await asyncio.to_thread(process.wait, 10)
+
+
+async def _pair_loaded_agent(tg: TelegramStub, relay_url: str, name: str, items: int) -> Agent:
+    """An agent holding ``items`` approvals, paired through ``/pair``: its first
+    ``inbox_update`` (sent on pairing) carries them all."""
+    agent = Agent(Identity.generate(name), relay_url,
+                  backoff_initial=FAST_RELAY["backoff_initial"])
+    for index in range(items):
+        agent.submit_approval(approval(f"{name}-{index:05d}"))
+    await agent.start()
+    tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
+    await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
+    return agent
+
+
+async def _memory(sizes: Sizes, tmp: Path) -> None:
+    agent_count = -(-sizes.open_items // ITEMS_PER_UPDATE)
+    agents: list[Agent] = []
+    async with TelegramStub(token=TOKEN) as tg, RelayServer(tmp / "relay") as relay:
+        tg.add_user(ADA, "Ada", "Lovelace", username="ada")
+        tg.add_private_chat(ADA)
+        config = tmp / "skald-telegram.toml"
+        config.write_text(_config_toml(tg.api_url, tmp / "state"))
+        database = load_config(str(config), environ=_bot_environment()).database_path
+        log = tmp / "bot.log"
+        async with _bot_process(config, log) as process:
+            try:
+                await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
+                idle_kib = _peak_rss_kib(process.pid)
+                for number in range(agent_count):
+                    count = min(ITEMS_PER_UPDATE, sizes.open_items - number * ITEMS_PER_UPDATE)
+                    agents.append(await _pair_loaded_agent(tg, relay.url, f"agent{number:02d}",
+                                                           count))
+                await _until(lambda: _open_items(database) >= sizes.open_items,
+                             "the bot to store every item")
+                loaded_kib = _peak_rss_kib(process.pid)
+            except BaseException:
+                print(log.read_text()[-3000:], file=sys.stderr)
+                raise
+            finally:
+                for agent in agents:
+                    await agent.stop()
+        exited_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        files = [database, database.with_name(database.name + "-wal")]
+        database_bytes = sum(f.stat().st_size for f in files if f.exists())
+        items_json = sum(len(json.dumps(a.inbox()["approvals"])) for a in agents)
+    _title(f"memory: the bot process (python -m bot run) with {sizes.open_items:,} open items "
+           f"from {agent_count} agent(s)")
+    _title("  (all bound to one private chat; measured once the store holds every item,")
+    _title("  while its cards still post at 1 per second)")
+    _row("peak RSS, running and idle", _mib(idle_kib))
+    _row(f"peak RSS, {sizes.open_items:,} items open", _mib(loaded_kib),
+         f"idle {_mib(idle_kib)}",
+         f"+{(loaded_kib - idle_kib) / sizes.open_items:.2f} KiB per item")
+    _row("ru_maxrss of the exited bot", _mib(exited_kib))
+    _row("SQLite database + WAL", _mib(database_bytes / 1024),
+         f"items' JSON {_mib(items_json / 1024)}")
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+async def _run(quick: bool) -> None:
+    sizes = QUICK if quick else FULL
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        for name, phase in (("memory", _memory), ("latency", _latency), ("burst", _burst)):
+            (tmp / name).mkdir()
+            await phase(sizes, tmp / name)
+
+
+def main(quick: bool) -> None:
+    asyncio.run(_run(quick))
+
+
+if __name__ == "__main__":
+    main(quick="--quick" in sys.argv)

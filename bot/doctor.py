@@ -1,0 +1,215 @@
+"""``skald-telegram doctor``: check a setup and say how to fix what is wrong.
+
+Each check gives one :class:`Check`: the configuration, the token (``getMe``), each relay
+of the paired agents (connect and authenticate), the state folder's permissions, the key
+file's mode and the SQLite schema version. The exit code is 0 only if every check passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import stat
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import telegram
+from telegram import error as tg_error
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus, InvalidURI, WebSocketException
+
+from bot.config import Config, config_path, load_config
+from bot.errors import ConfigError, IdentityError, ProtocolError, StoreError
+from bot.keyfile import load_identity
+from bot.protocol.identity import Identity
+from bot.protocol.relayauth import auth_frame
+from bot.relay.frames import MAX_FRAME_BYTES, Challenge, Error, Ready, auth_frame_text, parse_frame
+from bot.store import SCHEMA_VERSION, Store
+
+RELAY_TIMEOUT_S: Final = 5.0
+TOKEN_TIMEOUT_S: Final = 10.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's result; ``fix`` says what to do when ``ok`` is false."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
+async def diagnose(
+    config_argument: str | None, *, environ: Mapping[str, str] = os.environ
+) -> list[Check]:
+    """Run every check; a broken configuration stops after its own check."""
+    try:
+        config = load_config(config_argument, environ=environ, require_token=False)
+    except ConfigError as exc:
+        path = config_path(config_argument, environ)
+        return [Check("config", False, str(exc), f"edit {path} (see the configuration "
+                                                 "reference in README.md)")]
+    checks = [check_config(config), await check_token(config)]
+    checks.append(check_state_dir(config.state_dir))
+    checks.append(check_key_file(config.identity_path))
+    schema, relay_urls = check_database(config.database_path)
+    checks.append(schema)
+    checks.extend(await check_relays(relay_urls))
+    return checks
+
+
+def check_config(config: Config) -> Check:
+    source = config.source
+    if source is not None and source.exists():
+        return Check("config", True, f"{source} is valid")
+    return Check("config", True, f"no file at {source}; using the defaults")
+
+
+async def check_token(config: Config) -> Check:
+    """``getMe`` with the token; never shows the token itself."""
+    if not config.token:
+        return Check(
+            "token", False, "no bot token",
+            "set TELEGRAM_BOT_TOKEN or telegram.token (get one from @BotFather with /newbot)",
+        )
+    bot = telegram.Bot(config.token, base_url=f"{config.api_url}/bot")
+    try:
+        async with asyncio.timeout(TOKEN_TIMEOUT_S):
+            await bot.initialize()
+            username = bot.username
+    except tg_error.InvalidToken:
+        # PTB's message quotes the token: say it in our own words.
+        return Check("token", False, f"the Bot API at {config.api_url} refused the token",
+                     "copy the token again from @BotFather (/mybots → API Token) and set "
+                     "TELEGRAM_BOT_TOKEN or telegram.token")
+    except (tg_error.TelegramError, TimeoutError) as exc:
+        detail = str(exc) or "no answer in time"
+        return Check("token", False, f"cannot reach the Bot API at {config.api_url}: {detail}",
+                     "check the network and telegram.api_url")
+    finally:
+        with contextlib.suppress(tg_error.TelegramError):
+            await bot.shutdown()
+    return Check("token", True, f"@{username}")
+
+
+def check_state_dir(path: Path) -> Check:
+    """Exists, is writable, is not world-writable; 0700 recommended."""
+    name = "state folder"
+    if not path.exists():
+        return Check(name, True, f"{path} does not exist yet; it will be created on first run")
+    if not path.is_dir():
+        return Check(name, False, f"{path} is not a folder", "set state.dir to a folder")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not os.access(path, os.W_OK | os.X_OK):
+        return Check(name, False, f"{path} is not writable by this user",
+                     f"chown it to the user running the bot, then: chmod 700 {path}")
+    if mode & stat.S_IWOTH:
+        return Check(name, False, f"{path} is writable by everyone (mode {mode:04o})",
+                     f"chmod 700 {path}")
+    if mode & 0o077:
+        return Check(name, True, f"{path} (mode {mode:04o}; 0700 recommended: chmod 700 {path})")
+    return Check(name, True, f"{path} (mode {mode:04o})")
+
+
+def check_key_file(path: Path) -> Check:
+    """Mode 0600 and readable; a missing key file is created on first run."""
+    name = "key file"
+    if not path.exists():
+        return Check(name, True, f"{path} does not exist yet; it will be created on first run")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return Check(name, False, f"{path} is readable by others (mode {mode:04o})",
+                     f"chmod 600 {path}")
+    try:
+        identity = load_identity(path)
+    except IdentityError as exc:
+        return Check(name, False, str(exc),
+                     "restore the key file from a backup; without it, every agent must be "
+                     "paired again")
+    return Check(name, True, f"{path} (mode {mode:04o}, device {identity.id})")
+
+
+def check_database(path: Path) -> tuple[Check, list[str]]:
+    """The schema version, and the relays of the paired agents."""
+    name = "database"
+    if not path.exists():
+        return Check(name, True, f"{path} does not exist yet; it will be created on first run"), []
+    try:
+        store = Store.open(path)
+    except StoreError as exc:
+        return Check(name, False, str(exc),
+                     "upgrade skald-telegram, or restore the state folder from a backup"), []
+    try:
+        version = store.schema_version()
+        relays = sorted({peer.relay_url for peer in store.peers()})
+    finally:
+        store.close()
+    if version != SCHEMA_VERSION:
+        return Check(name, False, f"{path} has schema {version}, expected {SCHEMA_VERSION}",
+                     "upgrade skald-telegram, or restore the state folder from a backup"), relays
+    return Check(name, True, f"{path} (schema {version})"), relays
+
+
+async def check_relays(urls: Iterable[str]) -> list[Check]:
+    """One check per relay; none paired is fine."""
+    urls = list(urls)
+    if not urls:
+        return [Check("relays", True, "no agent paired yet (pair one with /pair in a chat)")]
+    return list(await asyncio.gather(*(check_relay(url) for url in urls)))
+
+
+async def check_relay(url: str, identity: Identity | None = None) -> Check:
+    """Connect to a relay and authenticate (challenge, ``auth``, ``ready``), then close.
+
+    A throwaway identity is used by default: authenticating as the device itself would make
+    the relay close the running bot's session (one session per id).
+    """
+    name = f"relay {url}"
+    me = identity or Identity.generate("doctor")
+    fix = ("check that the relay runs and that this host can reach it; if the agent moved, "
+           "pair it again")
+    try:
+        async with asyncio.timeout(RELAY_TIMEOUT_S):
+            async with connect(url, open_timeout=None, max_size=MAX_FRAME_BYTES,
+                               compression=None) as ws:
+                challenge = parse_frame(await ws.recv())
+                if not isinstance(challenge, Challenge):
+                    return Check(name, False, "the relay did not start with a challenge", fix)
+                await ws.send(auth_frame_text(auth_frame(me, challenge.nonce)))
+                answer = parse_frame(await ws.recv())
+    except TimeoutError:
+        return Check(name, False, f"no answer within {RELAY_TIMEOUT_S:g} s", fix)
+    except InvalidStatus as exc:
+        return Check(name, False, f"not a Skald relay (HTTP {exc.response.status_code})", fix)
+    except InvalidURI as exc:
+        return Check(name, False, f"not a relay URL: {exc}", "pair the agent again")
+    except (OSError, WebSocketException, ProtocolError) as exc:
+        return Check(name, False, f"cannot connect: {exc or type(exc).__name__}", fix)
+    if isinstance(answer, Error):
+        return Check(name, False, f"the relay refused authentication ({answer.code})", fix)
+    if not isinstance(answer, Ready) or answer.id != me.id:
+        return Check(name, False, "the relay did not confirm the session", fix)
+    return Check(name, True, "reachable; authentication works")
+
+
+def format_checks(checks: Iterable[Check]) -> str:
+    """One line per check, ``✓``/``✗``, and the fix under each failed one."""
+    lines = []
+    for check in checks:
+        lines.append(f"{'✓' if check.ok else '✗'} {check.name}: {check.detail}")
+        if not check.ok and check.fix:
+            lines.append(f"    fix: {check.fix}")
+    return "\n".join(lines) + "\n"
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    """``skald-telegram doctor``: 0 only if every check passes."""
+    checks = asyncio.run(diagnose(args.config))
+    sys.stdout.write(format_checks(checks))
+    return 0 if all(check.ok for check in checks) else 1
