@@ -83,10 +83,26 @@ class Bot:
         self._clock = clock
         self._on_start = on_start
         self._relay_options = relay_options or {}
-        self._running: Running | None = None
-        self._store: Store | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
 
     async def __aenter__(self) -> Running:
+        stack = contextlib.AsyncExitStack()
+        try:
+            running = await self._start(stack)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return running
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+            log.info("bot stopped")
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> Running:
+        """Start every part, registering its shutdown on ``stack`` (undone in reverse)."""
         config = self._config
         application = build_application(config)
         try:
@@ -96,12 +112,13 @@ class Bot:
                 from exc
         except tg_error.TelegramError as exc:
             raise TelegramError(f"cannot reach the Bot API at {config.api_url}: {exc}") from exc
+        stack.push_async_callback(application.shutdown)
         username = application.bot.username
         identity = load_or_create_identity(
             config.identity_path, config.device_name or f"Telegram @{username}"
         )
         store = Store.open(config.database_path)
-        self._store = store
+        stack.callback(store.close)
         renderer = Renderer(config.templates_dir)
         gateway = Gateway(application.bot)
         pool: RelayPool
@@ -133,38 +150,29 @@ class Bot:
         handlers.register(application)
         application.add_error_handler(_log_error)
         await application.start()
+        stack.push_async_callback(application.stop)
         assert application.updater is not None
         await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
+        stack.push_async_callback(application.updater.stop)
         pool.ensure_all()
+        stack.push_async_callback(pool.stop)
         running = Running(application, bridge, store, pool, worker, timers, handlers)
         running.tasks = [
             asyncio.create_task(worker.run(), name="card worker"),
             asyncio.create_task(timers.run(), name="timers"),
             asyncio.create_task(_heartbeat(config, running), name="heartbeat"),
         ]
+        stack.push_async_callback(_cancel, running.tasks)
+        stack.push_async_callback(worker.stop)
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
-        self._running = running
         return running
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        running = self._running
-        if running is None:
-            return
-        self._running = None
-        await running.worker.stop()
-        for task in running.tasks:
-            task.cancel()
-        await asyncio.gather(*running.tasks, return_exceptions=True)
-        await running.relays.stop()
-        application = running.application
-        if application.updater is not None and application.updater.running:
-            await application.updater.stop()
-        if application.running:
-            await application.stop()
-        await application.shutdown()
-        running.store.close()
-        log.info("bot stopped")
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _heartbeat(config: Config, running: Running) -> None:

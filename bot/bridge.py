@@ -99,6 +99,26 @@ class Bridge:
                 if peer.relay_url == relay_url:
                     self._send(peer, InboxRequest(since_rev=self.store.last_rev(peer.agent_id)))
 
+    def outbox_pending(self, relay_url: str) -> list[dict[str, object]]:
+        """The relay client's outbox: envelopes for ``relay_url`` the relay has not taken."""
+        return self.store.outbox_pending(relay_url)
+
+    def outbox_mark_sent(self, envelope_id: str) -> None:
+        """The relay took an envelope: stop resending it, and record a decision as
+        acknowledged in the audit trail."""
+        now = self.now_ms()
+        with self.store.transaction():
+            if not self.store.outbox_mark_sent(envelope_id, now):
+                return
+            decision = self.store.decision_by_envelope(envelope_id)
+            if decision is not None:
+                self.store.audit(
+                    "decision_acknowledged", at=now, chat_id=decision.chat_id,
+                    agent_id=decision.agent_id, item_id=decision.item_id,
+                    user_id=decision.user_id, user_name=decision.user_name,
+                    decision_id=decision.decision_id,
+                )
+
     def handle_envelope(self, raw: dict[str, object]) -> None:
         """Open, check and durably apply one delivered envelope (the relay acks after this).
 
@@ -158,7 +178,7 @@ class Bridge:
         self.store.add_peer(
             Peer(sender.id, str(pairing["relay_url"]), json.dumps(sender.to_json()), name), now
         )
-        self.store.bind(sender.id, int(pairing["chat_id"]), pairing["topic_id"], now)
+        self._bind(sender.id, int(pairing["chat_id"]), pairing["topic_id"], now)
         self.store.pairing_accepted(sender.id, now)
         self.store.audit("paired", at=now, chat_id=int(pairing["chat_id"]), agent_id=sender.id,
                          user_id=pairing["requested_by"], agent_name=name)
@@ -175,38 +195,42 @@ class Bridge:
             log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
             return
         self.store.set_rev(agent_id, update.rev, now)
-        bindings = self.store.bindings_for_agent(agent_id)
-        chats = [(b.chat_id, b.topic_id if b.topic_id is not None else self._topic(b.chat_id))
-                 for b in bindings]
         for item in plan.new_items:
-            self._add_item(agent_id, item, bindings_chats=chats, now=now)
+            if self._add_item(agent_id, item, now=now):
+                for binding in self.store.bindings_for_agent(agent_id):
+                    self._plan_card(agent_id, item.id, binding.chat_id, binding.topic_id)
         for gone in plan.gone:
             at = int(gone.at.timestamp() * MS) if gone.at else now
             if self.store.close_item(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
                 self.store.audit("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
 
-    def _topic(self, chat_id: int) -> int | None:
-        chat = self.config.chats.get(chat_id)
-        return chat.topic if chat else None
+    def _bind(self, agent_id: str, chat_id: int, topic_id: int | None, now: int) -> None:
+        """Bind an agent to a chat, with a card there for each of its open items."""
+        self.store.bind(agent_id, chat_id, topic_id, now)
+        for item_id in sorted(self.store.open_item_ids(agent_id)):
+            self._plan_card(agent_id, item_id, chat_id, topic_id)
+
+    def _plan_card(self, agent_id: str, item_id: str, chat_id: int, topic_id: int | None) -> None:
+        """A card for the item in the chat (none twice), in the binding's topic or else the
+        chat's configured one."""
+        if self.store.chat_forbidden(chat_id):
+            return
+        if topic_id is None and (chat := self.config.chats.get(chat_id)) is not None:
+            topic_id = chat.topic
+        self.store.add_card(agent_id, item_id, chat_id, topic_id, new_token())
 
     def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
         items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
         ids = [item.id for item in items]
         return {item_id for item_id in ids if self.store.has_item(agent_id, item_id)}
 
-    def _add_item(
-        self,
-        agent_id: str,
-        item: Approval | Clarification,
-        *,
-        bindings_chats: list[tuple[int, int | None]],
-        now: int,
-    ) -> None:
+    def _add_item(self, agent_id: str, item: Approval | Clarification, *, now: int) -> bool:
+        """Hold a new item; False if the bot already holds one with this id."""
         kind = "approval" if isinstance(item, Approval) else "clarification"
         created = item.created_at or datetime.fromtimestamp(now / MS, UTC)
         reminder = remind_at(created, item.expires_at)
-        added = self.store.add_item(
+        return self.store.add_item(
             agent_id,
             item.id,
             kind,
@@ -215,12 +239,6 @@ class Bridge:
             remind_at=int(reminder.timestamp() * MS) if reminder else None,
             now_ms=now,
         )
-        if not added:
-            return
-        for chat_id, topic_id in bindings_chats:
-            if self.store.chat_forbidden(chat_id):
-                continue
-            self.store.add_card(agent_id, item.id, chat_id, topic_id, new_token())
 
     # -- pairing ----------------------------------------------------------------------------
 

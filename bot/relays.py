@@ -36,7 +36,7 @@ class RelayPool:
             url,
             self._bridge.identity,
             handler=handle,
-            outbox=self._bridge.store,
+            outbox=self._bridge,
             on_ready=ready,
             **self._options,
         )

@@ -93,7 +93,7 @@ CREATE TABLE IF NOT EXISTS cards (
     posted_at INTEGER,
     UNIQUE (agent_id, item_id, chat_id)
 );
-CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty);
+CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty, chat_id);
 CREATE TABLE IF NOT EXISTS votes (
     card_id INTEGER NOT NULL,
     user_id INTEGER NOT NULL,
@@ -368,12 +368,13 @@ class Store:
         )
         return [json.loads(row["envelope_json"]) for row in rows]
 
-    def outbox_mark_sent(self, envelope_id: str) -> None:
-        self._run(
-            "UPDATE outbox SET sent_at = strftime('%s','now') * 1000"
-            " WHERE envelope_id = ? AND sent_at IS NULL",
-            (envelope_id,),
+    def outbox_mark_sent(self, envelope_id: str, now_ms: int) -> bool:
+        """The relay took the envelope; False if it was already marked."""
+        cursor = self._run(
+            "UPDATE outbox SET sent_at = ? WHERE envelope_id = ? AND sent_at IS NULL",
+            (now_ms, envelope_id),
         )
+        return cursor.rowcount == 1
 
     def outbox_depth(self) -> int:
         row = self._one("SELECT count(*) AS n FROM outbox WHERE sent_at IS NULL")
@@ -657,11 +658,21 @@ class Store:
         )
         return [_card(r) for r in rows]
 
-    def dirty_cards(self, limit: int = 100) -> list[CardRow]:
+    def dirty_cards(self, chat_id: int, limit: int = 100) -> list[CardRow]:
+        """Cards of a chat that do not show their current state yet, oldest first."""
         rows = self._all(
-            "SELECT * FROM cards WHERE dirty > 0 ORDER BY card_id LIMIT ?", (limit,)
+            "SELECT * FROM cards WHERE dirty > 0 AND chat_id = ? ORDER BY card_id LIMIT ?",
+            (chat_id, limit),
         )
         return [_card(r) for r in rows]
+
+    def chats_with_dirty_cards(self) -> list[int]:
+        """Chats (not marked forbidden) with cards waiting to be posted or edited."""
+        rows = self._all(
+            "SELECT DISTINCT c.chat_id FROM cards c LEFT JOIN chats h ON h.chat_id = c.chat_id"
+            " WHERE c.dirty > 0 AND coalesce(h.forbidden, 0) = 0"
+        )
+        return [int(r["chat_id"]) for r in rows]
 
     def card_posted(self, card_id: int, message_id: int, now_ms: int) -> None:
         self._run(
@@ -774,6 +785,10 @@ class Store:
         row = self._one(
             "SELECT * FROM decisions WHERE agent_id = ? AND item_id = ?", (agent_id, item_id)
         )
+        return DecisionRow(**dict(row)) if row else None
+
+    def decision_by_envelope(self, envelope_id: str) -> DecisionRow | None:
+        row = self._one("SELECT * FROM decisions WHERE envelope_id = ?", (envelope_id,))
         return DecisionRow(**dict(row)) if row else None
 
     def decision_count(self) -> int:

@@ -9,11 +9,11 @@ import signal
 import sqlite3
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from world import ADA, TOKEN, World, approval, make_world
+from world import ADA, TOKEN, World, approval, eventually, make_world
 
 from bot.protocol.payloads import ApprovalDecision
 
@@ -40,13 +40,6 @@ async def bot_process(
         if process.returncode is None:
             process.kill()
             await process.wait()
-
-
-async def poll(condition: Callable[[], bool], timeout: float = 20) -> None:
-    """Wait for a condition on the bot's database, which no event of ours announces."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 def posted_cards(db: Path) -> dict[str, int]:
@@ -79,7 +72,7 @@ async def test_sigkill_and_restart(tmp_path: Path) -> None:
         # id lies a window of a millisecond or so that no Bot API call can make atomic.)
         async with bot_process(world, pace=0.3) as process:
             await world.agent.wait_for(lambda a: len(a.decisions) == 3, timeout=20)
-            await poll(lambda: len(posted_cards(db)) >= 7)
+            await eventually(lambda: len(posted_cards(db)) >= 7, timeout=20)
             process.send_signal(signal.SIGKILL)
             await process.wait()
 

@@ -17,6 +17,7 @@ from world import (
     approval,
     bot_config,
     button_data,
+    eventually,
     iso,
     make_world,
     running_bot,
@@ -198,6 +199,8 @@ async def test_history_and_audit_trail(tmp_path: Path) -> None:
             assert events.count("card_posted") == 3
             assert events.count("tap") == 3
             assert events.count("decision_sent") == 3
+            await eventually(lambda: [r.event for r in store.audit_rows(
+                chat_id=OPS_GROUP)].count("decision_acknowledged") == 3)
             rows = store.audit_rows(chat_id=OPS_GROUP, events=("decision_sent",))
             assert [json.loads(json.dumps(r.detail))["decision"] for r in rows] == [
                 "approve", "deny", "approve"]
@@ -227,3 +230,17 @@ async def test_reminder_mentions_approvers_who_have_not_tapped(tmp_path: Path) -
             assert mentions
             reminders = [m for m in world.tg.bot_messages(OPS_GROUP) if "Still waiting" in m.text]
             assert len(reminders) == 1
+
+
+async def test_binding_a_second_chat_shows_the_open_items_there(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        async with running_bot(world, group_config(world, approvers=[ADA])):
+            await world.pair(ADA)
+            world.agent.submit_approval(approval("apr_early"))
+            await world.wait_card(ADA, "apr_early")
+            world.agent.peers.clear()
+            await world.pair(OPS_GROUP)
+            card = await world.wait_card(OPS_GROUP, "apr_early")
+            assert card.buttons() != []
+            assert len(world.cards(ADA)) == 1

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from bot.bridge import Bridge
+from bot.config import Config
 from bot.errors import RelayError
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
@@ -218,7 +220,8 @@ async def test_the_durable_outbox_survives_a_restart(
         store.outbox_add(relay.url, env, now_ms=n)
     store.close()  # the process ends before anything reached the relay
     reopened = Store.open(tmp_path / "bot.sqlite3")
-    a, b = Peer(relay.url, alice, outbox=reopened), Peer(relay.url, bob)
+    bridge = Bridge(identity=alice, store=reopened, config=Config(), clock=time.time)
+    a, b = Peer(relay.url, alice, outbox=bridge), Peer(relay.url, bob)
     a.start()
     b.start()
     await eventually(lambda: len(b.received) == 3 and reopened.outbox_depth() == 0)

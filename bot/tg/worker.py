@@ -77,20 +77,16 @@ class CardWorker:
 
     def idle(self) -> bool:
         """No card waits to be shown (for tests and benchmarks)."""
-        return not self._chats and not self._pending_cards()
-
-    def _pending_cards(self) -> list[CardRow]:
-        return [c for c in self._store.dirty_cards(limit=1000)
-                if not self._store.chat_forbidden(c.chat_id)]
+        return not self._chats and not self._store.chats_with_dirty_cards()
 
     def _dispatch(self) -> None:
         if self._stopping:
             return
-        for card in self._pending_cards():
-            if card.chat_id not in self._chats:
-                task = asyncio.create_task(self._drain(card.chat_id))
-                self._chats[card.chat_id] = task
-                task.add_done_callback(functools.partial(self._drained, card.chat_id))
+        for chat_id in self._store.chats_with_dirty_cards():
+            if chat_id not in self._chats:
+                task = asyncio.create_task(self._drain(chat_id))
+                self._chats[chat_id] = task
+                task.add_done_callback(functools.partial(self._drained, chat_id))
 
     def _drained(self, chat_id: int, _task: asyncio.Task[None]) -> None:
         self._chats.pop(chat_id, None)
@@ -98,7 +94,7 @@ class CardWorker:
 
     async def _drain(self, chat_id: int) -> None:
         while True:
-            cards = [c for c in self._store.dirty_cards(limit=1000) if c.chat_id == chat_id]
+            cards = self._store.dirty_cards(chat_id)
             if not cards or self._stopping or self._store.chat_forbidden(chat_id):
                 return
             for card in cards:
