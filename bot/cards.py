@@ -90,7 +90,9 @@ def card_status(
     if item.outcome_chat_id is None and item.state != "expired":
         elsewhere = item.outcome_by or "the agent"
     elif item.outcome_chat_id is not None and item.outcome_chat_id != card.chat_id:
-        elsewhere = chat_title or "another chat"
+        # A private chat's title is its user's name, which the status already shows.
+        private = item.outcome_chat_id > 0
+        elsewhere = "private chat" if private else (chat_title or "another chat")
     reason = item.outcome_reason if item.state == "denied" else None
     answer = item.outcome_reason if item.state == "answered" else None
     return CardStatus(

@@ -127,7 +127,7 @@ async def test_admins_as_approvers_and_private_decision_closes_group_card(
             group_card = await world.wait_card(
                 OPS_GROUP, "apr_multi", lambda m: "Approved" in m.text)
             assert group_card.buttons() == []
-            assert "Ada Lovelace" in group_card.text
+            assert "Approved by Ada Lovelace elsewhere (private chat)" in group_card.text
             late = world.tg.tap(OPS_GROUP, group_card.message_id, BOB,
                                 "1:whatever:a", forged=True)
             assert (await world.answer_of(late))["show_alert"] is True

@@ -166,6 +166,9 @@ class Handlers:
             outcome = TapOutcome(None)
         alert, text = await self._tap_answer(outcome, chat, policy)
         await query.answer(text or None, show_alert=alert)
+        log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
+                 query.from_user.id, chat.id, outcome.card.item_id if outcome.card else "?",
+                 _result_name(outcome))
         if (
             parsed.action is Action.DENY_WITH_REASON
             and isinstance(outcome.result, Permitted)
@@ -439,3 +442,12 @@ def _message_link(chat: Chat, message_id: int | None) -> str | None:
     if text.startswith("-100"):
         return f"https://t.me/c/{text[4:]}/{message_id}"
     return None
+
+
+def _result_name(outcome: TapOutcome) -> str:
+    result = outcome.result
+    if result is None:
+        return "unknown card"
+    if isinstance(result, Refused):
+        return "refused (" + result.reason.value + ")"
+    return type(result).__name__.lower()
