@@ -276,15 +276,18 @@ class Bridge:
         token: str,
         action: Action,
         *,
+        chat_id: int,
         tapper: Person,
         approvers: frozenset[int],
         required: int,
         option: int | None = None,
         reason: str | None = None,
     ) -> TapOutcome:
-        """Apply one tap (or a deny reason / typed answer) and record it in the audit trail."""
+        """Apply one tap (or a deny reason / typed answer) in ``chat_id`` and record it in
+        the audit trail. A token of a card in another chat is treated as unknown: the
+        tapper's rights come from the chat the tap happened in."""
         card = self.store.card_by_token(token)
-        if card is None:
+        if card is None or card.chat_id != chat_id:
             return TapOutcome(None)
         item = self.store.item(card.agent_id, card.item_id)
         if item is None:

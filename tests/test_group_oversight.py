@@ -244,3 +244,22 @@ async def test_binding_a_second_chat_shows_the_open_items_there(tmp_path: Path) 
             card = await world.wait_card(OPS_GROUP, "apr_early")
             assert card.buttons() != []
             assert len(world.cards(ADA)) == 1
+
+
+async def test_a_card_token_replayed_in_another_chat_decides_nothing(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        async with running_bot(world, group_config(world, approvers=[ADA])):
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(approval("apr_leak"))
+            card = await world.wait_card(OPS_GROUP, "apr_leak")
+            # Bob only observes the group, but decides in his own private chat: a crafted
+            # client replays the group card's button data on a message there.
+            world.tg.send_text(BOB, BOB, "/start")
+            await world.tg.wait_for(lambda tg: bool(tg.bot_messages(BOB)))
+            own = world.tg.bot_messages(BOB)[0]
+            query = world.tg.tap(BOB, own.message_id, BOB, button_data(card, "Approve"),
+                                 forged=True)
+            assert (await world.answer_of(query))["show_alert"] is True
+            assert world.agent.decisions == []
+            assert world.running.store.item(world.agent.identity.id, "apr_leak").state == "open"

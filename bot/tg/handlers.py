@@ -157,13 +157,12 @@ class Handlers:
         outcome = self._bridge.tap(
             parsed.token,
             parsed.action,
+            chat_id=chat.id,
             tapper=self._person(query.from_user),
             approvers=approvers,
             required=policy.required_approvals,
             option=parsed.option,
         )
-        if outcome.card is not None and outcome.card.chat_id != chat.id:
-            outcome = TapOutcome(None)
         alert, text = await self._tap_answer(outcome, chat, policy)
         await query.answer(text or None, show_alert=alert)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
@@ -244,6 +243,7 @@ class Handlers:
         outcome = self._bridge.tap(
             card.token,
             action,
+            chat_id=message.chat_id,
             tapper=self._person(message.from_user),
             approvers=await self._approvers.of(message.chat_id),
             required=policy.required_approvals,
