@@ -25,7 +25,7 @@ from bot.keyfile import load_or_create_identity
 from bot.relays import RelayPool
 from bot.render import Renderer
 from bot.store import Store
-from bot.tg.approvers import Approvers, is_private
+from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
 from bot.tg.timers import Timers
@@ -136,10 +136,10 @@ class Bot:
             on_change=changed, on_outbox=lambda url: pool.wake(url),
         )
         pool = RelayPool(bridge, **self._relay_options)
-        approvers = Approvers(bot=application.bot, store=store, config=config,
+        approvers = Approvers(bot=application.bot, store=store, policy=bridge.policy,
                               now_ms=bridge.now_ms)
         worker = CardWorker(store=store, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock, private_chat=is_private)
+                            clock=self._clock, policy=bridge.policy)
         timers = Timers(bridge=bridge, store=store, gateway=gateway, renderer=renderer,
                         config=config, approvers=approvers.of)
         handlers = Handlers(
@@ -149,11 +149,8 @@ class Bot:
         )
         handlers.register(application)
         application.add_error_handler(_log_error)
-        await application.start()
-        stack.push_async_callback(application.stop)
-        assert application.updater is not None
-        await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
-        stack.push_async_callback(application.updater.stop)
+        # Started in this order and stopped in reverse: Telegram updates stop first (and
+        # the handlers in flight finish), then the worker and timers, then the relays.
         pool.ensure_all()
         stack.push_async_callback(pool.stop)
         running = Running(application, bridge, store, pool, worker, timers, handlers)
@@ -162,11 +159,25 @@ class Bot:
             asyncio.create_task(timers.run(), name="timers"),
             asyncio.create_task(_heartbeat(config, running), name="heartbeat"),
         ]
+        for task in running.tasks:
+            task.add_done_callback(_report_crash)
         stack.push_async_callback(_cancel, running.tasks)
         stack.push_async_callback(worker.stop)
+        await application.start()
+        stack.push_async_callback(application.stop)
+        assert application.updater is not None
+        await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
+        stack.push_async_callback(application.updater.stop)
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
         return running
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    """A long-lived task must not die quietly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s stopped: %r", task.get_name(), task.exception(),
+                  exc_info=task.exception())
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:

@@ -14,12 +14,24 @@ import secrets
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from bot.config import Config
+from bot.cards import parse_item
+from bot.clock import from_ms, to_ms
+from bot.config import ChatPolicy, Config
 from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
 from bot.inbox import plan_update, remind_at
-from bot.policy import Action, Decided, Refused, Tallied, TapResult, Voter, evaluate_tap
+from bot.policy import (
+    Action,
+    Answered,
+    Decided,
+    ItemView,
+    Refusal,
+    Refused,
+    Tallied,
+    TapResult,
+    Voter,
+    evaluate_tap,
+)
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
@@ -37,22 +49,21 @@ from bot.protocol.payloads import (
     Person,
     encode_payload,
     item_to_wire,
-    parse_approval,
-    parse_clarification,
 )
-from bot.store import CardRow, DecisionRow, ItemRow, Peer, Store
+from bot.store import CardRow, DecisionRow, ItemRow, Pairing, Peer, Store
 
 log = logging.getLogger(__name__)
 
 MS = 1000
+PAIRING_WINDOW_MS = 10 * 60 * MS
+"""How long a pairing in progress waits for the agent's pair_accept."""
 
 
 @dataclass(frozen=True)
 class TapOutcome:
     """What a tap did, for the Telegram side to tell the tapper."""
 
-    result: TapResult | None
-    """None when the card is unknown (stale or forged callback data)."""
+    result: TapResult
     card: CardRow | None = None
     item: ItemRow | None = None
 
@@ -80,6 +91,12 @@ class Bridge:
     def now_ms(self) -> int:
         return int(self._clock() * MS)
 
+    def policy(self, chat_id: int) -> ChatPolicy:
+        """A chat's rules from the configuration, following supergroup migrations."""
+        # Private chats have positive ids (the user's own); groups negative ones.
+        return self.config.policy(chat_id, private=chat_id > 0,
+                                  former_ids=tuple(self.store.former_chat_ids(chat_id)))
+
     def notify_change(self) -> None:
         """Something outside the bridge changed what cards should show (a chat came back)."""
         self._on_change()
@@ -89,8 +106,11 @@ class Bridge:
     def relay_urls(self) -> set[str]:
         """Every relay the bot must keep a session with: its peers' and pending pairings'."""
         urls = {peer.relay_url for peer in self.store.peers()}
-        urls.update(str(row["relay_url"]) for row in self.store.pending_pairings())
+        urls.update(pairing.relay_url for pairing in self._pending_pairings())
         return urls
+
+    def _pending_pairings(self) -> list[Pairing]:
+        return self.store.pending_pairings(since_ms=self.now_ms() - PAIRING_WINDOW_MS)
 
     def request_inboxes(self, relay_url: str) -> None:
         """Ask every agent on ``relay_url`` for a complete inbox (after each (re)connection)."""
@@ -148,9 +168,9 @@ class Bridge:
     def _known_cards(self) -> dict[str, PublicCard]:
         cards = {peer.agent_id: PublicCard.from_json(json.loads(peer.card_json))
                  for peer in self.store.peers()}
-        for row in self.store.pending_pairings():
-            cards.setdefault(str(row["agent_id"]),
-                             PublicCard.from_json(json.loads(str(row["card_json"]))))
+        for pairing in self._pending_pairings():
+            cards.setdefault(pairing.agent_id,
+                             PublicCard.from_json(json.loads(pairing.card_json)))
         return cards
 
     def _apply(self, sender: PublicCard, payload: Payload, now: int) -> None:
@@ -171,17 +191,23 @@ class Bridge:
 
     def _apply_pair_accept(self, sender: PublicCard, accept: PairAccept, now: int) -> None:
         pairing = self.store.pairing(sender.id)
-        if pairing is None or accept.device_id != self.identity.id:
-            log.warning("ignored a pair_accept from %s that answers no pairing", sender.id[:8])
+        if (
+            pairing is None
+            or pairing.accepted_at is not None
+            or pairing.created_at < now - PAIRING_WINDOW_MS
+            or accept.device_id != self.identity.id
+        ):
+            log.warning("ignored a pair_accept from %s that answers no pairing in progress",
+                        sender.id[:8])
             return
         name = accept.agent_name or sender.name
         self.store.add_peer(
-            Peer(sender.id, str(pairing["relay_url"]), json.dumps(sender.to_json()), name), now
+            Peer(sender.id, pairing.relay_url, json.dumps(sender.to_json()), name), now
         )
-        self._bind(sender.id, int(pairing["chat_id"]), pairing["topic_id"], now)
+        self._bind(sender.id, pairing.chat_id, pairing.topic_id, now)
         self.store.pairing_accepted(sender.id, now)
-        self.store.audit("paired", at=now, chat_id=int(pairing["chat_id"]), agent_id=sender.id,
-                         user_id=pairing["requested_by"], agent_name=name)
+        self.store.audit("paired", at=now, chat_id=pairing.chat_id, agent_id=sender.id,
+                         user_id=pairing.requested_by, agent_name=name)
         log.info("paired with agent %s (%s)", sender.id[:8], name)
 
     def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
@@ -200,7 +226,7 @@ class Bridge:
                 for binding in self.store.bindings_for_agent(agent_id):
                     self._plan_card(agent_id, item.id, binding.chat_id, binding.topic_id)
         for gone in plan.gone:
-            at = int(gone.at.timestamp() * MS) if gone.at else now
+            at = to_ms(gone.at) if gone.at else now
             if self.store.close_item(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
                 self.store.audit("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
@@ -213,11 +239,10 @@ class Bridge:
 
     def _plan_card(self, agent_id: str, item_id: str, chat_id: int, topic_id: int | None) -> None:
         """A card for the item in the chat (none twice), in the binding's topic or else the
-        chat's configured one."""
-        if self.store.chat_forbidden(chat_id):
-            return
-        if topic_id is None and (chat := self.config.chats.get(chat_id)) is not None:
-            topic_id = chat.topic
+        chat's configured one. A chat the bot may not post in gets its cards when it may
+        again."""
+        if topic_id is None:
+            topic_id = self.policy(chat_id).topic
         self.store.add_card(agent_id, item_id, chat_id, topic_id, new_token())
 
     def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
@@ -228,15 +253,15 @@ class Bridge:
     def _add_item(self, agent_id: str, item: Approval | Clarification, *, now: int) -> bool:
         """Hold a new item; False if the bot already holds one with this id."""
         kind = "approval" if isinstance(item, Approval) else "clarification"
-        created = item.created_at or datetime.fromtimestamp(now / MS, UTC)
+        created = item.created_at or from_ms(now)
         reminder = remind_at(created, item.expires_at)
         return self.store.add_item(
             agent_id,
             item.id,
             kind,
             json.dumps(item_to_wire(item), ensure_ascii=False),
-            expires_at=int(item.expires_at.timestamp() * MS) if item.expires_at else None,
-            remind_at=int(reminder.timestamp() * MS) if reminder else None,
+            expires_at=to_ms(item.expires_at) if item.expires_at else None,
+            remind_at=to_ms(reminder) if reminder else None,
             now_ms=now,
         )
 
@@ -259,8 +284,8 @@ class Bridge:
         self._on_outbox(uri.relay)
 
     def pairing_done(self, agent_id: str) -> bool:
-        row = self.store.pairing(agent_id)
-        return row is not None and row["accepted_at"] is not None
+        pairing = self.store.pairing(agent_id)
+        return pairing is not None and pairing.accepted_at is not None
 
     def unbind(self, agent_id: str, chat_id: int, user_id: int | None) -> None:
         now = self.now_ms()
@@ -268,6 +293,7 @@ class Bridge:
             self.store.unbind(agent_id, chat_id)
             self.store.audit("unpaired", at=now, chat_id=chat_id, agent_id=agent_id,
                              user_id=user_id)
+        self._on_change()
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -281,29 +307,34 @@ class Bridge:
         approvers: frozenset[int],
         required: int,
         option: int | None = None,
-        reason: str | None = None,
+        text: str | None = None,
     ) -> TapOutcome:
-        """Apply one tap (or a deny reason / typed answer) in ``chat_id`` and record it in
-        the audit trail. A token of a card in another chat is treated as unknown: the
-        tapper's rights come from the chat the tap happened in."""
-        card = self.store.card_by_token(token)
-        if card is None or card.chat_id != chat_id:
-            return TapOutcome(None)
-        item = self.store.item(card.agent_id, card.item_id)
-        if item is None:
-            return TapOutcome(None)
+        """Apply one tap (or a typed deny reason or answer, ``text``) in ``chat_id``, and
+        record it in the audit trail, allowed or not. A token of a card in another chat is
+        an unknown card: the tapper's rights come from the chat the tap happened in."""
         now = self.now_ms()
         voter = Voter(tapper.telegram_user_id or 0, tapper.name, now)
+        card = self.store.card_by_token(token)
+        item = self.store.item(card.agent_id, card.item_id) if card else None
+        if card is None or item is None or card.chat_id != chat_id:
+            self.record_refused_tap(chat_id, tapper, action.name.lower(), Refusal.UNKNOWN_CARD)
+            return TapOutcome(Refused(Refusal.UNKNOWN_CARD))
+        parsed = parse_item(item)
+        view = ItemView(
+            kind=item.kind,
+            open=item.state == "open",
+            expired=item.expires_at is not None and item.expires_at <= now,
+            bound=self.store.is_bound(card.agent_id, card.chat_id),
+            options=parsed.options if isinstance(parsed, Clarification) else (),
+        )
         votes = tuple(Voter(v.user_id, v.name, v.at) for v in self.store.votes(card.card_id))
-        expired = item.expires_at is not None and item.expires_at <= now
-        result = evaluate_tap(action, tapper=voter, approvers=approvers, required=required,
-                              voters=votes, item_open=item.state == "open", expired=expired)
+        result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
+                              required=required, voters=votes, option=option, text=text)
         with self.store.transaction():
             self.store.audit(
                 "tap", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
                 item_id=card.item_id, user_id=voter.user_id, user_name=tapper.name,
-                action=action.name.lower(),
-                allowed=not isinstance(result, Refused),
+                action=action.name.lower(), allowed=not isinstance(result, Refused),
                 refusal=result.reason.value if isinstance(result, Refused) else None,
             )
             if isinstance(result, Tallied):
@@ -311,90 +342,72 @@ class Bridge:
                     self.store.add_vote(card.card_id, voter.user_id, tapper.name, now)
                 else:
                     self.store.remove_vote(card.card_id, voter.user_id)
-            elif isinstance(result, Decided):
+            elif isinstance(result, Decided) and isinstance(parsed, Approval):
                 if result.decision == "approve":
                     self.store.add_vote(card.card_id, voter.user_id, tapper.name, now)
-                self._decide(card, item, result.decision, tapper, reason, now,
-                             voters=result.voters)
-            elif action is Action.ANSWER and not isinstance(result, Refused):
-                self._answer(card, item, tapper, option=option, text=reason, now=now)
-            elif action is Action.DENY_WITH_REASON and reason is not None and not isinstance(
-                result, Refused
-            ):
-                self._decide(card, item, "deny", tapper, reason, now, voters=votes)
+                self._decide(card, parsed, result, tapper, now)
+            elif isinstance(result, Answered):
+                self._answer(card, item.item_id, result.answer, tapper, now)
         self._on_change()
         return TapOutcome(result, card, self.store.item(card.agent_id, card.item_id))
 
-    def _decide(
-        self,
-        card: CardRow,
-        item: ItemRow,
-        decision: str,
-        person: Person,
-        reason: str | None,
-        now: int,
-        *,
-        voters: tuple[Voter, ...],
+    def record_refused_tap(
+        self, chat_id: int, tapper: Person, action: str, reason: Refusal
     ) -> None:
-        approval = parse_approval(json.loads(item.body_json))
+        """Audit a tap that reached no card (unknown, from another chat, outdated data)."""
+        self.store.audit("tap", at=self.now_ms(), chat_id=chat_id,
+                         user_id=tapper.telegram_user_id, user_name=tapper.name,
+                         action=action, allowed=False, refusal=reason.value)
+
+    def _decide(
+        self, card: CardRow, approval: Approval, result: Decided, person: Person, now: int
+    ) -> None:
         payload = ApprovalDecision(
             decision_id=str(uuid.uuid4()),
-            approval_id=item.item_id,
-            decision=decision,
-            reason=reason,
+            approval_id=approval.id,
+            decision=result.decision,
+            reason=result.reason,
             decided_by=person,
-            decided_at=format_rfc3339(datetime.fromtimestamp(now / MS, UTC)),
+            decided_at=format_rfc3339(from_ms(now)),
             args_sha256=args_sha256(approval.arguments),
         )
-        state = "approved" if decision == "approve" else "denied"
         envelope_id = self._send_to_agent(card.agent_id, payload)
         self.store.add_decision(DecisionRow(
-            payload.decision_id, card.agent_id, item.item_id, card.chat_id, "approval",
-            decision, reason, person.telegram_user_id or 0, person.name, now, envelope_id,
+            payload.decision_id, card.agent_id, approval.id, card.chat_id, "approval",
+            result.decision, result.reason, person.telegram_user_id or 0, person.name, now,
+            envelope_id,
         ))
-        self.store.close_item(card.agent_id, item.item_id, state=state, by=person.name, at=now,
-                              chat_id=card.chat_id, reason=reason)
+        state = "approved" if result.decision == "approve" else "denied"
+        self.store.close_item(card.agent_id, approval.id, state=state, by=person.name, at=now,
+                              chat_id=card.chat_id, reason=result.reason)
         self.store.audit(
             "decision_sent", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
-            item_id=item.item_id, user_id=person.telegram_user_id, user_name=person.name,
-            decision=decision, reason=reason, decision_id=payload.decision_id,
-            approvers=[{"user_id": v.user_id, "name": v.name, "at": v.at_ms} for v in voters],
+            item_id=approval.id, user_id=person.telegram_user_id, user_name=person.name,
+            decision=result.decision, reason=result.reason, decision_id=payload.decision_id,
+            approvers=[{"user_id": v.user_id, "name": v.name, "at": v.at_ms}
+                       for v in result.voters],
         )
 
     def _answer(
-        self,
-        card: CardRow,
-        item: ItemRow,
-        person: Person,
-        *,
-        option: int | None,
-        text: str | None,
-        now: int,
+        self, card: CardRow, item_id: str, answer: str, person: Person, now: int
     ) -> None:
-        clarification = parse_clarification(json.loads(item.body_json))
-        if option is not None:
-            if not 0 <= option < len(clarification.options):
-                raise PayloadError(f"option {option} is not one of the question's options")
-            text = clarification.options[option]
-        if not text:
-            raise PayloadError("an answer needs text")
         payload = ClarificationAnswer(
             answer_id=str(uuid.uuid4()),
-            clarification_id=item.item_id,
-            answer=text,
+            clarification_id=item_id,
+            answer=answer,
             answered_by=person,
-            answered_at=format_rfc3339(datetime.fromtimestamp(now / MS, UTC)),
+            answered_at=format_rfc3339(from_ms(now)),
         )
         envelope_id = self._send_to_agent(card.agent_id, payload)
         self.store.add_decision(DecisionRow(
-            payload.answer_id, card.agent_id, item.item_id, card.chat_id, "clarification",
-            "answer", text, person.telegram_user_id or 0, person.name, now, envelope_id,
+            payload.answer_id, card.agent_id, item_id, card.chat_id, "clarification",
+            "answer", answer, person.telegram_user_id or 0, person.name, now, envelope_id,
         ))
-        self.store.close_item(card.agent_id, item.item_id, state="answered", by=person.name,
-                              at=now, chat_id=card.chat_id, reason=text)
+        self.store.close_item(card.agent_id, item_id, state="answered", by=person.name,
+                              at=now, chat_id=card.chat_id, reason=answer)
         self.store.audit(
             "answer_sent", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
-            item_id=item.item_id, user_id=person.telegram_user_id, user_name=person.name,
+            item_id=item_id, user_id=person.telegram_user_id, user_name=person.name,
             answer_id=payload.answer_id,
         )
 

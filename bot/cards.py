@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
+from bot.clock import from_ms, maybe_from_ms
 from bot.policy import Action
 from bot.protocol.payloads import Approval, Clarification, parse_approval, parse_clarification
 from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
@@ -67,10 +68,6 @@ def parse_callback_data(data: object) -> Callback | None:
     return Callback(parts[1], action, option)
 
 
-def to_datetime(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
-
-
 def card_status(
     item: ItemRow,
     card: CardRow,
@@ -78,12 +75,16 @@ def card_status(
     votes: list[Vote],
     required: int,
     chat_title: str,
+    bound: bool = True,
 ) -> CardStatus:
-    """The status a card shows; ``chat_title`` names the chat where the item was decided."""
+    """The status a card shows; ``chat_title`` names the chat where the item was decided,
+    ``bound`` whether the item's agent is still bound to the card's chat."""
+    if item.state == "open" and not bound:
+        return CardStatus(state="unbound")
     if item.state == "open":
         return CardStatus(
             state="pending",
-            approvals=tuple(Tap(v.name, _dt(v.at)) for v in votes),
+            approvals=tuple(Tap(v.name, from_ms(v.at)) for v in votes),
             required=required,
         )
     elsewhere = None
@@ -97,19 +98,21 @@ def card_status(
     answer = item.outcome_reason if item.state == "answered" else None
     return CardStatus(
         state=item.state,  # type: ignore[arg-type]
-        approvals=tuple(Tap(v.name, _dt(v.at)) for v in votes),
+        approvals=tuple(Tap(v.name, from_ms(v.at)) for v in votes),
         required=required,
         by=item.outcome_by,
-        at=to_datetime(item.outcome_at),
+        at=maybe_from_ms(item.outcome_at),
         reason=reason,
         answer=answer,
         elsewhere=elsewhere,
     )
 
 
-def keyboard(item: ItemRow, card: CardRow, *, votes: list[Vote], required: int) -> Keyboard:
-    """The buttons a card carries now; none once the item is closed."""
-    if item.state != "open":
+def keyboard(
+    item: ItemRow, card: CardRow, *, votes: list[Vote], required: int, bound: bool = True
+) -> Keyboard:
+    """The buttons a card carries now; none once the item is closed or unbound here."""
+    if item.state != "open" or not bound:
         return ()
     if item.kind == "clarification":
         question = parse_clarification(json.loads(item.body_json))
@@ -161,5 +164,3 @@ def _label(option: str) -> str:
     return text if len(text) <= MAX_OPTION_LABEL else text[: MAX_OPTION_LABEL - 1] + "…"
 
 
-def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)

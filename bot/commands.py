@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from bot.bridge import Bridge
+from bot.clock import from_ms
 from bot.config import Config, load_config
 from bot.errors import ConfigError, SkaldError
 from bot.health import check_status
@@ -51,6 +52,13 @@ def pair_command(args: argparse.Namespace) -> int:
         uri = parse_pairing_uri(args.uri)
     except SkaldError as exc:
         print(f"skald-telegram: bad pairing link: {exc}", file=sys.stderr)
+        return 1
+    running, _detail = check_status(config.status_path)
+    if running:
+        # Both would hold a session with the relay under the same device id, and the
+        # relay keeps only one: they would take turns kicking each other off.
+        print("skald-telegram: the bot is running with this state folder; send "
+              "/pair <link> in the chat instead, or stop the bot first", file=sys.stderr)
         return 1
     return asyncio.run(_pair(config, uri.relay, args.uri, args.chat, args.timeout))
 
@@ -124,7 +132,7 @@ AUDIT_FIELDS = ("seq", "at", "event", "chat_id", "agent_id", "item_id", "user_id
 def audit_record(row: AuditRow) -> dict[str, object]:
     return {
         "seq": row.seq,
-        "at": format_rfc3339(datetime.fromtimestamp(row.at / 1000, UTC)),
+        "at": format_rfc3339(from_ms(row.at)),
         "event": row.event,
         "chat_id": row.chat_id,
         "agent_id": row.agent_id,

@@ -73,13 +73,17 @@ class Config:
         """Rewritten by the running bot every :data:`bot.health.HEARTBEAT_S` seconds."""
         return self.state_dir / "status.json"
 
-    def policy(self, chat_id: int, *, private: bool) -> ChatPolicy:
-        """The rules for a chat: its ``[[chats]]`` entry over the chat-type defaults.
+    def policy(
+        self, chat_id: int, *, private: bool, former_ids: tuple[int, ...] = ()
+    ) -> ChatPolicy:
+        """The rules for a chat: its ``[[chats]]`` entry (or that of an id it had before it
+        became a supergroup, ``former_ids``) over the chat-type defaults.
 
         A private chat's approver is its own user (the chat id); a group's are its
         administrators. Secrets are spoilered in private chats and masked in groups.
         """
-        chat = self.chats.get(chat_id, ChatConfig(id=chat_id))
+        entries = [self.chats[i] for i in (chat_id, *former_ids) if i in self.chats]
+        chat = entries[0] if entries else ChatConfig(id=chat_id)
         default_approvers: Approvers = frozenset({chat_id}) if private else "admins"
         return ChatPolicy(
             chat_id=chat_id,

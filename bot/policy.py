@@ -29,9 +29,13 @@ class Action(enum.Enum):
 class Refusal(enum.Enum):
     """Why a tap changed nothing."""
 
+    OUTDATED = "outdated"
+    UNKNOWN_CARD = "unknown_card"
+    UNBOUND = "unbound"
     NOT_APPROVER = "not_approver"
     CLOSED = "closed"
     EXPIRED = "expired"
+    WRONG_BUTTON = "wrong_button"
     ALREADY_APPROVED = "already_approved"
     NOTHING_TO_WITHDRAW = "nothing_to_withdraw"
 
@@ -43,6 +47,18 @@ class Voter:
     user_id: int
     name: str
     at_ms: int
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """What the policy needs to know of the item a card shows."""
+
+    kind: str  # "approval" | "clarification"
+    open: bool
+    expired: bool
+    bound: bool
+    """Whether the item's agent is still bound to the chat of the card."""
+    options: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,19 +76,30 @@ class Tallied:
 
 @dataclass(frozen=True)
 class Decided:
-    """The item is decided: ``decider`` completed the quorum or vetoed."""
+    """The approval is decided: ``decider`` completed the quorum or vetoed."""
 
     decision: str  # "approve" | "deny"
     decider: Voter
     voters: tuple[Voter, ...]
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
-class Permitted:
-    """The tapper may act (deny with reason: ask for the reason; answer: send it)."""
+class AskReason:
+    """The tapper may deny: ask them for the reason first."""
 
 
-TapResult = Refused | Tallied | Decided | Permitted
+@dataclass(frozen=True)
+class Answered:
+    """The question is answered with ``answer`` (an option's text or typed text)."""
+
+    answer: str
+
+
+TapResult = Refused | Tallied | Decided | AskReason | Answered
+
+_APPROVAL_ACTIONS = frozenset({Action.APPROVE, Action.DENY, Action.DENY_WITH_REASON,
+                               Action.WITHDRAW})
 
 
 def may_decide(user_id: int, approvers: frozenset[int]) -> bool:
@@ -84,31 +111,53 @@ def evaluate_tap(
     action: Action,
     *,
     tapper: Voter,
+    item: ItemView,
     approvers: frozenset[int],
     required: int,
     voters: tuple[Voter, ...],
-    item_open: bool,
-    expired: bool,
+    option: int | None = None,
+    text: str | None = None,
 ) -> TapResult:
-    """Decide what one tap does, given the item's state and the chat's standing approvals."""
-    if not item_open:
+    """Decide what one tap (or a typed deny reason or answer in ``text``) does, given the
+    item and the chat's standing approvals. Approvals of people who are no longer
+    approvers do not count."""
+    if not item.bound:
+        return Refused(Refusal.UNBOUND)
+    if not item.open:
         return Refused(Refusal.CLOSED)
-    if expired:
+    if item.expired:
         return Refused(Refusal.EXPIRED)
     if not may_decide(tapper.user_id, approvers):
         return Refused(Refusal.NOT_APPROVER)
-    already = any(v.user_id == tapper.user_id for v in voters)
+    if item.kind == "clarification":
+        return _answer(action, item, option, text)
+    if action not in _APPROVAL_ACTIONS:
+        return Refused(Refusal.WRONG_BUTTON)
+    standing = tuple(v for v in voters if may_decide(v.user_id, approvers))
+    already = any(v.user_id == tapper.user_id for v in standing)
     if action is Action.APPROVE:
         if already:
             return Refused(Refusal.ALREADY_APPROVED)
-        counted = (*voters, tapper)
+        counted = (*standing, tapper)
         if len(counted) >= max(1, required):
             return Decided("approve", tapper, counted)
         return Tallied(counted, required)
     if action is Action.WITHDRAW:
         if not already:
             return Refused(Refusal.NOTHING_TO_WITHDRAW)
-        return Tallied(tuple(v for v in voters if v.user_id != tapper.user_id), required)
-    if action is Action.DENY:
-        return Decided("deny", tapper, voters)
-    return Permitted()
+        return Tallied(tuple(v for v in standing if v.user_id != tapper.user_id), required)
+    if action is Action.DENY_WITH_REASON and not text:
+        return AskReason()
+    return Decided("deny", tapper, standing, reason=text or None)
+
+
+def _answer(action: Action, item: ItemView, option: int | None, text: str | None) -> TapResult:
+    if action is not Action.ANSWER:
+        return Refused(Refusal.WRONG_BUTTON)
+    if option is not None:
+        if not 0 <= option < len(item.options):
+            return Refused(Refusal.WRONG_BUTTON)
+        return Answered(item.options[option])
+    if not text:
+        return Refused(Refusal.WRONG_BUTTON)
+    return Answered(text)

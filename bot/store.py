@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS chats (
     kind TEXT NOT NULL DEFAULT 'private',
     forbidden INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS chat_aliases (
+    old_id INTEGER PRIMARY KEY,
+    new_id INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS chat_admins (
     chat_id INTEGER NOT NULL,
     user_id INTEGER NOT NULL,
@@ -187,6 +191,20 @@ class Binding:
     agent_id: str
     chat_id: int
     topic_id: int | None
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """A pairing the bot started: which agent, through which relay, for which chat."""
+
+    agent_id: str
+    relay_url: str
+    card_json: str
+    chat_id: int
+    topic_id: int | None
+    requested_by: int | None
+    created_at: int
+    accepted_at: int | None
 
 
 @dataclass(frozen=True)
@@ -419,9 +437,6 @@ class Store:
         )
         return Peer(**dict(row)) if row else None
 
-    def remove_peer(self, agent_id: str) -> None:
-        self._run("DELETE FROM peers WHERE agent_id = ?", (agent_id,))
-
     def bind(self, agent_id: str, chat_id: int, topic_id: int | None, now_ms: int) -> None:
         self._run(
             "INSERT INTO bindings (agent_id, chat_id, topic_id, bound_at) VALUES (?, ?, ?, ?)"
@@ -430,7 +445,18 @@ class Store:
         )
 
     def unbind(self, agent_id: str, chat_id: int) -> None:
+        """Remove a binding; the agent's cards in the chat are marked for editing."""
         self._run("DELETE FROM bindings WHERE agent_id = ? AND chat_id = ?", (agent_id, chat_id))
+        self._run(
+            "UPDATE cards SET dirty = dirty + 1 WHERE agent_id = ? AND chat_id = ?",
+            (agent_id, chat_id),
+        )
+
+    def is_bound(self, agent_id: str, chat_id: int) -> bool:
+        row = self._one(
+            "SELECT 1 FROM bindings WHERE agent_id = ? AND chat_id = ?", (agent_id, chat_id)
+        )
+        return row is not None
 
     def bindings_for_agent(self, agent_id: str) -> list[Binding]:
         rows = self._all(
@@ -449,7 +475,8 @@ class Store:
     def note_chat(self, chat_id: int, title: str, kind: str) -> None:
         self._run(
             "INSERT INTO chats (chat_id, title, kind) VALUES (?, ?, ?) ON CONFLICT (chat_id)"
-            " DO UPDATE SET title = excluded.title, kind = excluded.kind",
+            " DO UPDATE SET title = excluded.title, kind = excluded.kind"
+            " WHERE title != excluded.title OR kind != excluded.kind",
             (chat_id, title, kind),
         )
 
@@ -482,6 +509,13 @@ class Store:
                 " SELECT ?, title, 'supergroup', 0 FROM chats WHERE chat_id = ?",
                 (new_id, old_id),
             )
+            self._run("INSERT OR REPLACE INTO chat_aliases (old_id, new_id) VALUES (?, ?)",
+                      (old_id, new_id))
+
+    def former_chat_ids(self, chat_id: int) -> list[int]:
+        """The ids a chat had before it became a supergroup (its settings and history)."""
+        rows = self._all("SELECT old_id FROM chat_aliases WHERE new_id = ?", (chat_id,))
+        return [int(r["old_id"]) for r in rows]
 
     def set_chat_admins(self, chat_id: int, admins: dict[int, str], now_ms: int) -> None:
         with self.transaction():
@@ -680,6 +714,10 @@ class Store:
             (message_id, now_ms, card_id),
         )
 
+    def card_clear_topic(self, card_id: int) -> None:
+        """Post the card in the chat itself (its forum topic is gone)."""
+        self._run("UPDATE cards SET topic_id = NULL WHERE card_id = ?", (card_id,))
+
     def card_posted_reset(self, card_id: int) -> None:
         """The card's message is gone: post it again (with its attachment)."""
         self._run(
@@ -719,6 +757,7 @@ class Store:
             "SELECT min(i.remind_at) AS t FROM cards c JOIN items i"
             " ON i.agent_id = c.agent_id AND i.item_id = c.item_id"
             " WHERE i.state = 'open' AND i.remind_at IS NOT NULL AND c.reminder = 'none'"
+            " AND c.message_id IS NOT NULL"
         )
         return int(row["t"]) if row and row["t"] is not None else None
 
@@ -781,19 +820,9 @@ class Store:
             ),
         )
 
-    def decision_for_item(self, agent_id: str, item_id: str) -> DecisionRow | None:
-        row = self._one(
-            "SELECT * FROM decisions WHERE agent_id = ? AND item_id = ?", (agent_id, item_id)
-        )
-        return DecisionRow(**dict(row)) if row else None
-
     def decision_by_envelope(self, envelope_id: str) -> DecisionRow | None:
         row = self._one("SELECT * FROM decisions WHERE envelope_id = ?", (envelope_id,))
         return DecisionRow(**dict(row)) if row else None
-
-    def decision_count(self) -> int:
-        row = self._one("SELECT count(*) AS n FROM decisions")
-        return int(row["n"]) if row else 0
 
     # -- pairings in progress and known users ----------------------------------------------
 
@@ -814,11 +843,18 @@ class Store:
             (agent_id, relay_url, card_json, chat_id, topic_id, requested_by, now_ms),
         )
 
-    def pending_pairings(self) -> list[sqlite3.Row]:
-        return self._all("SELECT * FROM pairings WHERE accepted_at IS NULL ORDER BY created_at")
+    def pending_pairings(self, since_ms: int) -> list[Pairing]:
+        """Pairings started at or after ``since_ms`` that the agent has not accepted yet."""
+        rows = self._all(
+            "SELECT * FROM pairings WHERE accepted_at IS NULL AND created_at >= ?"
+            " ORDER BY created_at",
+            (since_ms,),
+        )
+        return [Pairing(**dict(row)) for row in rows]
 
-    def pairing(self, agent_id: str) -> sqlite3.Row | None:
-        return self._one("SELECT * FROM pairings WHERE agent_id = ?", (agent_id,))
+    def pairing(self, agent_id: str) -> Pairing | None:
+        row = self._one("SELECT * FROM pairings WHERE agent_id = ?", (agent_id,))
+        return Pairing(**dict(row)) if row else None
 
     def pairing_accepted(self, agent_id: str, now_ms: int) -> None:
         self._run(
@@ -870,8 +906,9 @@ class Store:
         where: list[str] = ["1 = 1"]
         params: list[object] = []
         if chat_id is not None:
-            where.append("chat_id = ?")
-            params.append(chat_id)
+            chat_ids = [chat_id, *self.former_chat_ids(chat_id)]
+            where.append(f"chat_id IN ({', '.join('?' for _ in chat_ids)})")
+            params.extend(chat_ids)
         if since_ms is not None:
             where.append("at >= ?")
             params.append(since_ms)

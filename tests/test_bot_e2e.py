@@ -17,6 +17,7 @@ from world import (
     BOB,
     TOKEN,
     approval,
+    bot_config,
     button_data,
     iso,
     make_world,
@@ -25,6 +26,8 @@ from world import (
 )
 
 from bot.cli import main as cli_main
+from bot.config import parse_config
+from bot.health import write_status
 from bot.protocol.encoding import args_sha256
 from bot.protocol.identity import Identity
 from bot.protocol.pairing import format_pairing_uri
@@ -139,7 +142,9 @@ async def test_stale_duplicate_and_forged_taps_send_nothing_twice(tmp_path: Path
         await world.agent.wait_for(lambda a: a.unsent == 0)
         assert len(world.agent.decisions) == 1
         rows = world.running.store.audit_rows(events=("tap",))
-        assert [r.detail["allowed"] for r in rows] == [True, False]
+        assert [(r.detail["allowed"], r.detail["refusal"]) for r in rows] == [
+            (True, None), (False, "closed"), (False, "unknown_card"), (False, "outdated")]
+        assert all(r.user_id == ADA for r in rows)
 
 
 async def test_resolution_elsewhere_and_expiry(tmp_path: Path) -> None:
@@ -207,19 +212,25 @@ async def test_rate_limit_storm_and_parse_error_lose_no_card(tmp_path: Path) -> 
         assert "<b>" not in plain[0].params["text"]
 
 
-async def test_chat_migration_moves_cards(tmp_path: Path) -> None:
+async def test_chat_migration_moves_cards_and_keeps_the_chat_settings(tmp_path: Path) -> None:
     old, new = -4001, -1004001
-    async with make_world(tmp_path) as world, running_bot(world):
-        world.tg.add_group(old, "Ops", admins=[ADA], members=[BOB], supergroup=False)
-        await world.pair(old)
-        world.agent.submit_approval(approval("apr_before"))
-        await world.wait_card(old, "apr_before")
-        world.tg.migrate_group(old, new)
-        await world.tg.wait_for(lambda tg: world.running.store.bindings_for_chat(new) != [])
-        world.agent.submit_approval(approval("apr_after"))
-        card = await world.wait_card(new, "apr_after")
-        world.tap(new, card, ADA, "Approve")
-        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+    async with make_world(tmp_path) as world:
+        data = bot_config(tmp_path, world.tg.api_url)
+        data["chats"] = [{"id": old, "approvers": [BOB]}]  # Bob approves; he is no admin
+        async with running_bot(world, parse_config(data, base=tmp_path)):
+            world.tg.add_group(old, "Ops", admins=[ADA], members=[BOB], supergroup=False)
+            await world.pair(old)
+            world.agent.submit_approval(approval("apr_before"))
+            await world.wait_card(old, "apr_before")
+            world.tg.migrate_group(old, new)
+            await world.tg.wait_for(lambda tg: world.running.store.bindings_for_chat(new) != [])
+            world.agent.submit_approval(approval("apr_after"))
+            card = await world.wait_card(new, "apr_after")
+            refused = world.tap(new, card, ADA, "Approve")
+            assert (await world.answer_of(refused))["show_alert"] is True
+            world.tap(new, card, BOB, "Approve")
+            await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+            assert world.agent.decisions[0].decided_by.telegram_user_id == BOB
 
 
 async def test_blocked_chat_stops_sending(tmp_path: Path) -> None:
@@ -274,6 +285,12 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
         bad = await asyncio.to_thread(
             cli_main, ["pair", "--config", str(config_file), "--chat", "1", "skald-pair:v2?x"])
         assert bad == 1
+        write_status(tmp_path / "state" / "status.json", {"relays": []})  # a running bot
+        busy = await asyncio.to_thread(cli_main, [
+            "pair", "--config", str(config_file), "--chat", str(ADA),
+            world.agent.new_pairing_uri()])
+        assert busy == 1
+        (tmp_path / "state" / "status.json").unlink()
         nobody = Identity.generate("nobody")
         unanswered = format_pairing_uri("ws://127.0.0.1:9/v1/connect", nobody.card, bytes(16))
         code = await asyncio.to_thread(cli_main, [

@@ -16,8 +16,10 @@ from bot.policy import (
     ANONYMOUS_ADMIN_ID,
     SERVICE_CHAT_ID,
     Action,
+    Answered,
+    AskReason,
     Decided,
-    Permitted,
+    ItemView,
     Refusal,
     Refused,
     Tallied,
@@ -56,11 +58,14 @@ def test_reminder_at_eighty_percent() -> None:
 
 
 def _tap(action: Action, user: int, voters: tuple[Voter, ...] = (), *, required: int = 1,
-         approvers: frozenset[int] = frozenset({1, 2, 3}), item_open: bool = True,
-         expired: bool = False) -> object:
-    return evaluate_tap(action, tapper=Voter(user, f"u{user}", 0), approvers=approvers,
-                        required=required, voters=voters, item_open=item_open,
-                        expired=expired)
+         approvers: frozenset[int] = frozenset({1, 2, 3}), kind: str = "approval",
+         open_: bool = True, expired: bool = False, bound: bool = True,
+         option: int | None = None, text: str | None = None) -> object:
+    item = ItemView(kind=kind, open=open_, expired=expired, bound=bound,
+                    options=("staging", "production"))
+    return evaluate_tap(action, tapper=Voter(user, f"u{user}", 0), item=item,
+                        approvers=approvers, required=required, voters=voters,
+                        option=option, text=text)
 
 
 def test_quorum_veto_double_tap_and_withdraw() -> None:
@@ -72,22 +77,40 @@ def test_quorum_veto_double_tap_and_withdraw() -> None:
     assert isinstance(done, Decided) and done.decision == "approve"
     assert done.decider.user_id == 2 and [v.user_id for v in done.voters] == [1, 2]
     veto = _tap(Action.DENY, 3, first.voters, required=2)
-    assert isinstance(veto, Decided) and veto.decision == "deny"
+    assert isinstance(veto, Decided) and veto.decision == "deny" and veto.reason is None
     withdrawn = _tap(Action.WITHDRAW, 1, first.voters, required=2)
     assert isinstance(withdrawn, Tallied) and withdrawn.voters == ()
     assert _tap(Action.WITHDRAW, 2, first.voters, required=2) == Refused(
         Refusal.NOTHING_TO_WITHDRAW)
-    assert isinstance(_tap(Action.DENY_WITH_REASON, 1), Permitted)
-    assert isinstance(_tap(Action.ANSWER, 1), Permitted)
+    assert _tap(Action.DENY_WITH_REASON, 1) == AskReason()
+    reasoned = _tap(Action.DENY_WITH_REASON, 1, text="not today")
+    assert isinstance(reasoned, Decided) and reasoned.reason == "not today"
 
 
-def test_observers_service_ids_closed_and_expired_are_refused() -> None:
+def test_approvals_of_former_approvers_no_longer_count() -> None:
+    former = (Voter(9, "gone", 0),)
+    result = _tap(Action.APPROVE, 1, former, required=2)
+    assert isinstance(result, Tallied) and [v.user_id for v in result.voters] == [1]
+
+
+def test_questions_take_answers_only() -> None:
+    assert _tap(Action.ANSWER, 1, kind="clarification", option=1) == Answered("production")
+    assert _tap(Action.ANSWER, 1, kind="clarification", text="canary") == Answered("canary")
+    for bad in ({"option": 2}, {"option": -1}, {}):
+        assert _tap(Action.ANSWER, 1, kind="clarification", **bad) == Refused(  # type: ignore[arg-type]
+            Refusal.WRONG_BUTTON)
+    assert _tap(Action.APPROVE, 1, kind="clarification") == Refused(Refusal.WRONG_BUTTON)
+    assert _tap(Action.ANSWER, 1, option=0) == Refused(Refusal.WRONG_BUTTON)
+
+
+def test_observers_service_ids_closed_expired_and_unbound_are_refused() -> None:
     assert _tap(Action.APPROVE, 9) == Refused(Refusal.NOT_APPROVER)
     service = frozenset({ANONYMOUS_ADMIN_ID, SERVICE_CHAT_ID})
     assert _tap(Action.APPROVE, ANONYMOUS_ADMIN_ID, approvers=service) == Refused(
         Refusal.NOT_APPROVER)
-    assert _tap(Action.APPROVE, 1, item_open=False) == Refused(Refusal.CLOSED)
+    assert _tap(Action.APPROVE, 1, open_=False) == Refused(Refusal.CLOSED)
     assert _tap(Action.APPROVE, 1, expired=True) == Refused(Refusal.EXPIRED)
+    assert _tap(Action.APPROVE, 1, bound=False) == Refused(Refusal.UNBOUND)
 
 
 def test_callback_data_round_trip_and_refusals() -> None:

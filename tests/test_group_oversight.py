@@ -263,3 +263,23 @@ async def test_a_card_token_replayed_in_another_chat_decides_nothing(tmp_path: P
             assert (await world.answer_of(query))["show_alert"] is True
             assert world.agent.decisions == []
             assert world.running.store.item(world.agent.identity.id, "apr_leak").state == "open"
+
+
+async def test_unpair_closes_the_chat_to_decisions(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        async with running_bot(world, group_config(world, approvers=[ADA])):
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(approval("apr_unpair"))
+            card = await world.wait_card(OPS_GROUP, "apr_unpair")
+            data = button_data(card, "Approve")
+            world.tg.send_text(OPS_GROUP, BOB, "/unpair@skald_test_bot")
+            await world.tg.wait_for(lambda tg: any("Only the bot's administrators" in m.text
+                                                   for m in tg.bot_messages(OPS_GROUP)))
+            world.tg.send_text(OPS_GROUP, ADA, "/unpair")
+            card = await world.wait_card(OPS_GROUP, "apr_unpair",
+                                         lambda m: "unbound" in m.text)
+            assert card.buttons() == []
+            late = world.tg.tap(OPS_GROUP, card.message_id, ADA, data, forged=True)
+            assert (await world.answer_of(late))["show_alert"] is True
+            assert world.agent.decisions == []

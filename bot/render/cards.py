@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 ALERT_CHARS = 200
 """The longest text Telegram shows in a callback-query alert."""
 
-CardState = Literal["pending", "approved", "denied", "answered", "expired", "cancelled"]
+CardState = Literal[
+    "pending", "approved", "denied", "answered", "expired", "cancelled", "unbound"
+]
 
 # Room for the parts of a card that are never cut (units, entities): longer ones are
 # shortened with "…" so the blocks always keep some room.

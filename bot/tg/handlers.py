@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any
 
-from telegram import Chat, Message, Update, User
+from telegram import CallbackQuery, Chat, Message, Update, User
+from telegram import error as tg_error
 from telegram.ext import (
     Application,
     CallbackQueryHandler,
@@ -24,15 +24,16 @@ from telegram.ext import (
 )
 
 from bot.bridge import Bridge, TapOutcome
-from bot.cards import parse_callback_data, parse_item, to_datetime
-from bot.config import ChatPolicy, Config
-from bot.errors import PairingError, SkaldError, TelegramError
-from bot.policy import Action, Decided, Permitted, Refused, Tallied
+from bot.cards import parse_callback_data, parse_item
+from bot.clock import from_ms, maybe_from_ms
+from bot.config import Config
+from bot.errors import PairingError, RenderError, SkaldError, TelegramError
+from bot.policy import Action, Answered, AskReason, Decided, Refusal, Refused, Tallied
 from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
-from bot.store import ItemRow, Store
+from bot.store import CardRow, ItemRow, Store
 from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
 
@@ -40,7 +41,8 @@ log = logging.getLogger(__name__)
 
 PAIRING_TIMEOUT_S = 30.0
 HISTORY_DEFAULT = 10
-HISTORY_MAX = 50
+HISTORY_MAX = 15
+PENDING_MAX = 20
 
 Callback = Callable[[Update, ContextTypes.DEFAULT_TYPE], Coroutine[Any, Any, None]]
 
@@ -122,7 +124,11 @@ class Handlers:
     # -- helpers ----------------------------------------------------------------------------
 
     async def _reply(self, message: Message, template: str, **context: object) -> None:
-        html = self._renderer.message(template, **context)
+        try:
+            html = self._renderer.message(template, **context)
+        except RenderError as exc:
+            log.warning("could not render the %s message: %s", template, exc)
+            html = self._renderer.message("render_failed")
         try:
             await self._gateway.send(
                 message.chat_id,
@@ -148,46 +154,47 @@ class Handlers:
             return
         parsed = parse_callback_data(query.data)
         message = query.message
+        tapper = self._person(query.from_user)
         if parsed is None or message is None:
-            await query.answer(self._renderer.text("alert_outdated"), show_alert=True)
+            chat_id = message.chat.id if message else 0
+            self._bridge.record_refused_tap(chat_id, tapper, "unknown", Refusal.OUTDATED)
+            await self._answer_query(query, self._renderer.text("alert_outdated"), alert=True)
             return
         chat = message.chat
+        # Cached approvers only: the query must be answered within seconds.
         policy = self._approvers.policy(chat.id)
-        approvers = await self._approvers.of(chat.id)
         outcome = self._bridge.tap(
             parsed.token,
             parsed.action,
             chat_id=chat.id,
-            tapper=self._person(query.from_user),
-            approvers=approvers,
+            tapper=tapper,
+            approvers=await self._approvers.of(chat.id, wait=False),
             required=policy.required_approvals,
             option=parsed.option,
         )
-        alert, text = await self._tap_answer(outcome, chat, policy)
-        await query.answer(text or None, show_alert=alert)
+        alert, text = self._tap_answer(outcome, chat.id)
+        await self._answer_query(query, text, alert=alert)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
                  query.from_user.id, chat.id, outcome.card.item_id if outcome.card else "?",
                  _result_name(outcome))
-        if (
-            parsed.action is Action.DENY_WITH_REASON
-            and isinstance(outcome.result, Permitted)
-            and outcome.card is not None
-        ):
-            await self._ask_reason(chat, outcome, query.from_user)
+        if isinstance(outcome.result, AskReason) and outcome.card is not None:
+            await self._ask_reason(chat, outcome.card, query.from_user)
 
-    async def _tap_answer(
-        self, outcome: TapOutcome, chat: Chat, policy: ChatPolicy
-    ) -> tuple[bool, str]:
+    async def _answer_query(self, query: CallbackQuery, text: str, *, alert: bool) -> None:
+        try:
+            await query.answer(text or None, show_alert=alert)
+        except tg_error.TelegramError as exc:  # e.g. "query is too old": the tap still counts
+            log.warning("could not answer a button tap: %s", exc)
+
+    def _tap_answer(self, outcome: TapOutcome, chat_id: int) -> tuple[bool, str]:
+        """(show as alert, text) telling the tapper what their tap did."""
         result = outcome.result
-        if result is None:
-            return True, self._renderer.text("alert_unknown_card")
         if isinstance(result, Refused):
-            names = await self._approvers.names(chat.id)
             item = outcome.item
             return True, self._renderer.text(
                 "alert_refused",
                 reason=result.reason.value,
-                approvers=names,
+                approvers=self._approvers.cached_names(chat_id),
                 state=item.state if item else "",
                 by=item.outcome_by if item else None,
             )
@@ -197,13 +204,11 @@ class Handlers:
             )
         if isinstance(result, Decided):
             return False, self._renderer.text("alert_decided", decision=result.decision)
-        if outcome.item is not None and outcome.item.state == "answered":
+        if isinstance(result, Answered):
             return False, self._renderer.text("alert_answered")
         return False, ""
 
-    async def _ask_reason(self, chat: Chat, outcome: TapOutcome, user: User) -> None:
-        card = outcome.card
-        assert card is not None
+    async def _ask_reason(self, chat: Chat, card: CardRow, user: User) -> None:
         html = self._renderer.message("deny_reason_prompt", person=user.full_name,
                                       mention_id=user.id)
         try:
@@ -247,11 +252,11 @@ class Handlers:
             tapper=self._person(message.from_user),
             approvers=await self._approvers.of(message.chat_id),
             required=policy.required_approvals,
-            reason=text,
+            text=text,
         )
         if isinstance(outcome.result, Refused):
-            alert = await self._tap_answer(outcome, message.chat, policy)
-            await self._reply(message, "refused", text=alert[1])
+            _alert, refusal = self._tap_answer(outcome, message.chat_id)
+            await self._reply(message, "refused", text=refusal)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -277,16 +282,17 @@ class Handlers:
         message, chat = update.effective_message, update.effective_chat
         if message is None or chat is None:
             return
+        waiting = self._store.open_items_for_chat(chat.id)
         entries = []
-        for item, card in self._store.open_items_for_chat(chat.id):
+        for item, card in waiting[:PENDING_MAX]:
             peer = self._store.peer(item.agent_id)
             entries.append({
                 "summary": self._title(item),
                 "agent": peer.name if peer else item.agent_id[:8],
                 "link": _message_link(chat, card.message_id),
-                "expires_at": to_datetime(item.expires_at),
+                "expires_at": maybe_from_ms(item.expires_at),
             })
-        await self._reply(message, "pending", items=entries)
+        await self._reply(message, "pending", items=entries, total=len(waiting))
 
     async def pair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message, chat, user = update.effective_message, update.effective_chat, update.effective_user
@@ -339,22 +345,28 @@ class Handlers:
         await self._reply(message, "unpair_done", agent=chosen[0].name)
 
     async def status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.effective_message
-        if message is None:
+        """The agents bound here and their relays; bot admins see every agent."""
+        message, chat = update.effective_message, update.effective_chat
+        if message is None or chat is None:
             return
+        everything = self._is_admin(update.effective_user)
+        bound = {b.agent_id for b in self._store.bindings_for_chat(chat.id)}
+        peers = [p for p in self._store.peers() if everything or p.agent_id in bound]
+        urls = {peer.relay_url for peer in peers}
         agents = [
             {
                 "name": peer.name,
                 "relay": peer.relay_url,
                 "rev": self._store.last_rev(peer.agent_id),
-                "updated_at": to_datetime(self._store.last_update_at(peer.agent_id)),
+                "updated_at": maybe_from_ms(self._store.last_update_at(peer.agent_id)),
             }
-            for peer in self._store.peers()
+            for peer in peers
         ]
         await self._reply(
             message, "status",
-            relays=self._relay_views(),
+            relays=[r for r in self._relay_views() if everything or r.url in urls],
             agents=agents,
+            everything=everything,
             outbox=self._store.outbox_depth(),
             open_items=self._store.open_item_count(),
         )
@@ -374,7 +386,7 @@ class Handlers:
         )
         entries = [
             {
-                "at": datetime.fromtimestamp(row.at / 1000, UTC),
+                "at": from_ms(row.at),
                 "event": row.event,
                 "by": row.user_name,
                 "decision": row.detail.get("decision", "answer"),
@@ -446,8 +458,6 @@ def _message_link(chat: Chat, message_id: int | None) -> str | None:
 
 def _result_name(outcome: TapOutcome) -> str:
     result = outcome.result
-    if result is None:
-        return "unknown card"
     if isinstance(result, Refused):
         return "refused (" + result.reason.value + ")"
     return type(result).__name__.lower()

@@ -8,8 +8,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bot.bridge import Bridge
+from bot.clock import maybe_from_ms
 from bot.config import Config
-from bot.errors import TelegramError
+from bot.errors import SkaldError, TelegramError
 from bot.render import Renderer
 from bot.store import CardRow, Store
 from bot.tg.gateway import Gateway
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 REPLAY_RETENTION_MS = 30 * 24 * 3600 * 1000
 MAX_SLEEP_S = 30.0
+RETRY_S = 5.0
 
 
 class Timers:
@@ -48,12 +50,17 @@ class Timers:
     async def run(self) -> None:
         last_prune = 0
         while True:
-            self._bridge.expire_due()
-            await self._send_reminders()
             now = self._bridge.now_ms()
-            if now - last_prune > 3600 * 1000:
-                self._store.replay_forget_before(now - REPLAY_RETENTION_MS)
-                last_prune = now
+            try:
+                self._bridge.expire_due()
+                await self._send_reminders()
+                if now - last_prune > 3600 * 1000:
+                    self._store.replay_forget_before(now - REPLAY_RETENTION_MS)
+                    last_prune = now
+            except SkaldError as exc:
+                log.warning("timers: %s; trying again in %.0f s", exc, RETRY_S)
+                await asyncio.sleep(RETRY_S)
+                continue
             await self._sleep_until_due(now)
 
     async def _sleep_until_due(self, now: int) -> None:
@@ -84,7 +91,7 @@ class Timers:
         if item is None or not waiting:
             return
         html = self._renderer.message(
-            "reminder", approvers=waiting, expires_at=_dt(item.expires_at)
+            "reminder", approvers=waiting, expires_at=maybe_from_ms(item.expires_at)
         )
         await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
                                  reply_to=card.message_id)
@@ -94,8 +101,3 @@ class Timers:
         log.info("reminded %d approver(s) of %s in chat %s", len(waiting), card.item_id,
                  card.chat_id)
 
-
-def _dt(ms: int | None) -> object:
-    from bot.cards import to_datetime
-
-    return to_datetime(ms)

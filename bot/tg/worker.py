@@ -13,11 +13,11 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 
 from bot.cards import card_status, keyboard, render_card
-from bot.config import Config
-from bot.errors import ChatMoved, ChatUnavailable, MessageGone, TelegramError, Throttled
+from bot.clock import from_ms
+from bot.config import ChatPolicy, Config
+from bot.errors import ChatMoved, ChatUnavailable, MessageGone, SkaldError, Throttled
 from bot.render import Renderer
 from bot.store import CardRow, Store
 from bot.tg.gateway import Gateway
@@ -25,6 +25,7 @@ from bot.tg.gateway import Gateway
 log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 5.0
+MAX_RETRY_DELAY_S = 600.0
 STOP_TIMEOUT_S = 10.0
 
 
@@ -39,19 +40,21 @@ class CardWorker:
         renderer: Renderer,
         config: Config,
         clock: Callable[[], float],
-        private_chat: Callable[[int], bool],
+        policy: Callable[[int], ChatPolicy],
     ) -> None:
         self._store = store
         self._gateway = gateway
         self._renderer = renderer
         self._config = config
         self._clock = clock
-        self._private_chat = private_chat
+        self._policy = policy
         self._wake = asyncio.Event()
         self._chats: dict[int, asyncio.Task[None]] = {}
         self._last_send: dict[int, float] = {}
         self._paused_until = 0.0
         self._stopping = False
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
 
     def wake(self) -> None:
         self._wake.set()
@@ -93,11 +96,17 @@ class CardWorker:
         self._wake.set()
 
     async def _drain(self, chat_id: int) -> None:
-        while True:
+        while not self._stopping and not self._store.chat_forbidden(chat_id):
+            now = self._clock()
             cards = self._store.dirty_cards(chat_id)
-            if not cards or self._stopping or self._store.chat_forbidden(chat_id):
-                return
-            for card in cards:
+            ready = [c for c in cards if self._retry_at.get(c.card_id, 0.0) <= now]
+            if not ready:
+                if not cards:
+                    return
+                wake_at = min(self._retry_at[c.card_id] for c in cards)
+                await asyncio.sleep(min(max(wake_at - now, 0.0), 1.0))
+                continue
+            for card in ready:
                 if self._stopping:
                     return
                 current = self._store.card(card.card_id)
@@ -121,11 +130,29 @@ class CardWorker:
                     log.warning("stopped posting in chat %s: %s", chat_id, exc)
                     self._store.set_chat_forbidden(chat_id, True)
                     return
-                except TelegramError as exc:
-                    log.warning("could not update card %s in chat %s: %s", card.card_id,
-                                chat_id, exc)
-                    await asyncio.sleep(RETRY_DELAY_S)
-                    break
+                except Exception as exc:  # one broken card must never block its chat
+                    self._park(current, exc)
+                else:
+                    self._failures.pop(card.card_id, None)
+                    self._retry_at.pop(card.card_id, None)
+
+    def _park(self, card: CardRow, exc: Exception) -> None:
+        """Retry a card that failed later, backing off, and let the chat's others go first."""
+        if "thread not found" in str(exc).lower() and card.topic_id is not None:
+            log.warning("the forum topic of chat %s is gone; card %s goes to the chat itself",
+                        card.chat_id, card.card_id)
+            self._store.card_clear_topic(card.card_id)
+            return
+        failures = self._failures.get(card.card_id, 0) + 1
+        self._failures[card.card_id] = failures
+        delay = min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S)
+        self._retry_at[card.card_id] = self._clock() + delay
+        if isinstance(exc, SkaldError):
+            log.warning("could not update card %s in chat %s (attempt %d, next in %.0f s): %s",
+                        card.card_id, card.chat_id, failures, delay, exc)
+        else:
+            log.exception("bug while updating card %s in chat %s (attempt %d)", card.card_id,
+                          card.chat_id, failures)
 
     @contextlib.asynccontextmanager
     async def _paced(self, chat_id: int) -> AsyncIterator[None]:
@@ -149,14 +176,16 @@ class CardWorker:
         if item is None or (card.message_id is None and item.state != "open"):
             self._store.card_clean(card.card_id, generation)  # closed before it was shown
             return
-        policy = self._config.policy(card.chat_id, private=self._private_chat(card.chat_id))
+        policy = self._policy(card.chat_id)
         votes = self._store.votes(card.card_id)
+        bound = self._store.is_bound(card.agent_id, card.chat_id)
         status = card_status(
             item,
             card,
             votes=votes,
             required=policy.required_approvals,
             chat_title=self._store.chat_title(item.outcome_chat_id or card.chat_id),
+            bound=bound,
         )
         peer = self._store.peer(card.agent_id)
         rendered = render_card(
@@ -165,9 +194,10 @@ class CardWorker:
             status,
             agent_name=peer.name if peer else card.agent_id[:8],
             secrets=policy.secrets,
-            now=datetime.fromtimestamp(self._clock(), UTC),
+            now=from_ms(int(self._clock() * 1000)),
         )
-        buttons = keyboard(item, card, votes=votes, required=policy.required_approvals)
+        buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
+                           bound=bound)
         message_id = card.message_id
         if message_id is None:
             async with self._paced(card.chat_id):
