@@ -271,7 +271,7 @@ async def _burst(sizes: Sizes, tmp: Path) -> None:
         # overall after the limiter's first full bucket of 30.
         floor = max(sizes.burst_items - 1.0, (cards_total - OVERALL_LIMIT) / OVERALL_LIMIT)
     _title(f"burst: {sizes.burst_items} approvals × {sizes.burst_chats} private chats = "
-           f"{cards_total} cards, chat pace 1 s, default AIORateLimiter")
+           f"{cards_total} cards, chat pace 1 s, the bot's AIORateLimiter")
     _row("every card posted", f"{elapsed:.1f} s", f"floor {floor:.1f} s",
          f"{len(sends)} sendMessage calls")
     _row("most sends per chat in 1 s", f"{per_chat_1s}", "limit 1", _over(per_chat_1s, 1))

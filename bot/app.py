@@ -44,10 +44,11 @@ def build_application(config: Config) -> Application:  # type: ignore[type-arg]
         .token(config.token)
         .base_url(f"{config.api_url}/bot")
         .base_file_url(f"{config.api_url}/file/bot")
-        # A bucket of one refilled every 1/30 s: never more than 30 requests in a second,
-        # not even at the start of a burst (the default lets 30 through at once).
+        # A bucket of one refilled every 1/29 s: under Telegram's 30 requests a second
+        # in every window, even at the start of a burst (the default lets 30 through at
+        # once, then 30 a second).
         .rate_limiter(
-            AIORateLimiter(overall_max_rate=1, overall_time_period=1 / 30, max_retries=3)
+            AIORateLimiter(overall_max_rate=1, overall_time_period=1 / 29, max_retries=3)
         )
         .defaults(Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True)))
         .build()

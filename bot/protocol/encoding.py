@@ -14,7 +14,7 @@ import json
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeGuard
 
 from bot.errors import PayloadError, ProtocolError
 
@@ -28,6 +28,20 @@ _UNUSED_BITS = {1: 0b11, 2: 0b1111}
 
 # A JSON string (escapes included), a lone quote (an unterminated string) or a bracket.
 _JSON_NESTING_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{}]', re.DOTALL)
+# A \uD800-\uDFFF escape: the only way a surrogate gets into decoded JSON text (a false
+# hit, such as an escaped backslash before "ud800", only costs a scan of the values).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+MIN_YEAR = 1970
+MAX_YEAR = 9000
+"""Times outside these years are treated as absent: every time we return can be shifted
+by years, compared and turned into a timestamp without overflowing."""
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a JSON integer (``True``/``False`` are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def b64u_encode(data: bytes) -> str:
@@ -71,8 +85,10 @@ def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> 
     """Decode JSON that came from outside, refusing anything a hostile peer could use.
 
     Raises :class:`PayloadError` for more than ``max_bytes`` of UTF-8, invalid UTF-8,
-    nesting deeper than ``max_depth``, ``NaN``/``Infinity`` (also as overflowing numbers)
-    and anything that is not JSON.
+    nesting deeper than ``max_depth``, ``NaN``/``Infinity`` (also as overflowing numbers),
+    a lone surrogate (``"\\ud800"`` without its pair: no UTF-8 can carry it, so the
+    arguments digest, the store and Telegram could not either) and anything that is not
+    JSON.
     """
     if isinstance(data, str):
         if len(data) > max_bytes:
@@ -96,10 +112,30 @@ def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> 
         raise PayloadError(f"JSON larger than {max_bytes} bytes ({size})")
     _check_depth(text, max_depth)
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         # json.JSONDecodeError is a ValueError, and so is the int digit limit.
         raise PayloadError(f"invalid JSON: {exc}") from exc
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+        raise PayloadError("lone surrogate in JSON string")
+    return value
+
+
+def _has_lone_surrogate(value: JSON) -> bool:
+    """Whether any string (object keys included) holds a surrogate; surrogate pairs were
+    already joined by the decoder, so any left is alone."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _check_depth(text: str, max_depth: int) -> None:
@@ -145,14 +181,18 @@ def format_rfc3339(dt: datetime) -> str:
 
 
 def parse_rfc3339(text: object) -> datetime | None:
-    """Parse an RFC 3339 time with offset; ``None`` when absent, not a string, unparseable
-    or without an offset."""
+    """Parse an RFC 3339 time with offset, as UTC; ``None`` when absent, not a string,
+    unparseable, without an offset, or outside the years :data:`MIN_YEAR` to
+    :data:`MAX_YEAR`."""
     if not isinstance(text, str) or not 0 < len(text) <= 64:
         return None
     try:
         parsed = datetime.fromisoformat(text)
-    except ValueError:
+        if parsed.tzinfo is None or parsed.utcoffset() is None:
+            return None
+        utc = parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
+    if not MIN_YEAR <= utc.year <= MAX_YEAR:
         return None
-    return parsed
+    return utc
