@@ -1,16 +1,19 @@
 """Relay round-trip latency and sustained throughput against a bare websockets floor.
 
 Through the built-in relay on loopback (its SQLite queue in a temporary folder, fsync on
-every queued envelope), with two relay clients:
+every commit), with two relay clients, an agent and a device:
 
-- round trip: the agent queues an envelope for the device, the device's handler queues a
-  reply, the agent's handler receives it: two relay hops, each queued, delivered and
-  acknowledged (p50 and p99);
+- round trip (p50, p99): agent → relay → device → ack. The agent's client sends an
+  envelope; the relay queues it (one commit) and delivers it; the device's client hands it
+  to its handler and writes the ``ack`` to its socket. Timed from the agent's send to the
+  moment the device's ack has been written (the relay reads it from loopback right after;
+  its deletion is batched and not waited for);
 - throughput: the agent queues a burst of envelopes; envelopes per second until the
-  device's handler has received (and acknowledged) the last one.
+  device's handler has received the last one and its ack has been written.
 
-The floor is a bare websockets echo server measured in the same run: one send + receive
-per round trip, and a pipelined burst of messages of the same size.
+The floor is a bare websockets echo server measured in the same run: one send + echoed
+reply per round trip (one message each way, nothing stored), and a pipelined burst of
+messages of the same size.
 Envelopes are sealed before timing starts: crypto is measured by ``bench_envelope``.
 """
 
@@ -29,7 +32,7 @@ from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.relay.client import MemoryOutbox, RelayClient
-from bot.relay.frames import MAX_FRAME_BYTES, encode_envelope
+from bot.relay.frames import MAX_FRAME_BYTES, deliver_frame, encode_envelope
 from bot.relay.server import RelayServer
 
 AGENT = Identity.from_seeds(b"\x01" * 32, b"\x02" * 32, "build-bot")
@@ -37,44 +40,38 @@ DEVICE = Identity.from_seeds(b"\x03" * 32, b"\x04" * 32, "Telegram @bench_bot")
 BODY = {"rev": 1, "agent": {"name": "build-bot"}, "note": "x" * 2000}
 
 
-def _envelopes(sender: Identity, recipient: Identity, count: int) -> list[dict[str, object]]:
+def _envelopes(count: int) -> list[dict[str, object]]:
     payload = raw_payload("inbox_update", BODY)
     now = int(time.time() * 1000)
     return [
-        seal(payload, sender=sender, recipient=recipient.card, ts_ms=now).to_json()
+        seal(payload, sender=AGENT, recipient=DEVICE.card, ts_ms=now).to_json()
         for _ in range(count)
     ]
 
 
-class _Endpoint:
-    """A relay client whose handler counts arrivals and may answer each with a reply."""
+class _Device:
+    """The device's relay client; its handler counts arrivals.
 
-    def __init__(self, url: str, identity: Identity) -> None:
-        self.url = url
-        self.outbox = MemoryOutbox()
-        self.replies: list[dict[str, object]] = []
+    The client writes the ack as soon as the handler returns, before anything else runs,
+    so a task woken by :meth:`expect` resumes after the ack is on the socket.
+    """
+
+    def __init__(self, url: str) -> None:
         self.received = 0
-        self.arrived = asyncio.Event()
-        self.target = 0
-        self.client = RelayClient(url, identity, handler=self._on_envelope, outbox=self.outbox)
+        self._target = 0
+        self._arrived = asyncio.Event()
+        self.client = RelayClient(url, DEVICE, handler=self._on_envelope, outbox=MemoryOutbox())
         self.task = asyncio.create_task(self.client.run())
 
     async def _on_envelope(self, envelope: dict[str, object]) -> None:
         self.received += 1
-        if self.replies:
-            self.send(self.replies.pop())
-        if self.received >= self.target:
-            self.arrived.set()
-
-    def send(self, envelope: dict[str, object]) -> None:
-        self.outbox.add(self.url, envelope)
-        self.client.wake()
+        if self.received >= self._target:
+            self._arrived.set()
 
     async def expect(self, count: int) -> None:
-        self.target = self.received + count
-        self.arrived.clear()
-        if self.received < self.target:
-            await asyncio.wait_for(self.arrived.wait(), 120)
+        self._target = self.received + count
+        self._arrived.clear()
+        await asyncio.wait_for(self._arrived.wait(), 120)
 
     async def close(self) -> None:
         await self.client.stop()
@@ -83,30 +80,36 @@ class _Endpoint:
 
 async def _relay_numbers(rounds: int, burst: int) -> tuple[list[float], float]:
     with tempfile.TemporaryDirectory() as folder:
-        async with RelayServer(Path(folder), queue_cap=10 * burst) as relay:
-            agent = _Endpoint(relay.url, AGENT)
-            device = _Endpoint(relay.url, DEVICE)
-            while not (agent.client.connected and device.client.connected):
+        cap = 10 * burst
+        async with RelayServer(Path(folder), queue_cap=cap, sender_queue_cap=cap) as relay:
+            outbox = MemoryOutbox()
+            agent = RelayClient(relay.url, AGENT, handler=_ignore, outbox=outbox)
+            agent_task = asyncio.create_task(agent.run())
+            device = _Device(relay.url)
+            while not (agent.connected and device.client.connected):
                 await asyncio.sleep(0.01)
-            outgoing = _envelopes(AGENT, DEVICE, rounds)
-            device.replies = _envelopes(DEVICE, AGENT, rounds)
             latencies = []
-            for envelope in outgoing:
+            for envelope in _envelopes(rounds):
                 started = time.perf_counter()
-                agent.send(envelope)
-                await agent.expect(1)
+                outbox.add(relay.url, envelope)
+                agent.wake()
+                await device.expect(1)
                 latencies.append(time.perf_counter() - started)
-            device.replies = []
-            burst_envelopes = _envelopes(AGENT, DEVICE, burst)
+            burst_envelopes = _envelopes(burst)
             started = time.perf_counter()
             for envelope in burst_envelopes:
-                agent.outbox.add(relay.url, envelope)
-            agent.client.wake()
+                outbox.add(relay.url, envelope)
+            agent.wake()
             await device.expect(burst)
             rate = burst / (time.perf_counter() - started)
-            await agent.close()
+            await agent.stop()
+            await agent_task
             await device.close()
     return latencies, rate
+
+
+async def _ignore(envelope: dict[str, object]) -> None:
+    return None
 
 
 async def _echo(ws: ServerConnection) -> None:
@@ -115,8 +118,7 @@ async def _echo(ws: ServerConnection) -> None:
 
 
 async def _floor_numbers(rounds: int, burst: int) -> tuple[list[float], float]:
-    message = '{"type":"deliver","envelope":' + encode_envelope(_envelopes(AGENT, DEVICE, 1)[0])
-    message += "}"
+    message = deliver_frame(encode_envelope(_envelopes(1)[0]))
     async with serve(_echo, "127.0.0.1", 0, max_size=MAX_FRAME_BYTES, compression=None) as server:
         port = server.sockets[0].getsockname()[1]
         async with connect(
@@ -151,8 +153,10 @@ async def _run(quick: bool) -> None:
     rounds, burst = (200, 1000) if quick else (2000, 10000)
     relay_latencies, relay_rate = await _relay_numbers(rounds, burst)
     floor_latencies, floor_rate = await _floor_numbers(rounds, burst)
-    size = len(encode_envelope(_envelopes(AGENT, DEVICE, 1)[0]))
+    size = len(encode_envelope(_envelopes(1)[0]))
     print(f"   {rounds} round trips, burst of {burst}, envelopes of {size / 1024:.1f} KiB")
+    print("   round trip: agent send -> relay (queued, fsync) -> device handler -> ack written;")
+    print("   floor: a bare websockets echo (send + reply, nothing stored)")
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
         ours = _percentile(relay_latencies, fraction) * 1000
         floor = _percentile(floor_latencies, fraction) * 1000

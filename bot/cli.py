@@ -51,10 +51,18 @@ def _build_parser() -> argparse.ArgumentParser:
     relay.add_argument("--host", default="127.0.0.1", help="address to listen on")
     relay.add_argument("--port", type=int, default=8765, help="port to listen on")
     relay.add_argument("--data", default="./relay-data", help="folder for the relay's queue")
-    relay.add_argument("--queue-cap", type=int, default=10_000,
+    relay.add_argument("--queue-cap", type=int,
                        help="envelopes kept per offline recipient (default: 10000)")
-    relay.add_argument("--max-age", type=int, default=7 * 24 * 3600,
+    relay.add_argument("--max-age", type=int,
                        help="seconds an undelivered envelope is kept (default: 604800, 7 days)")
+    relay.add_argument("--queue-bytes", type=int,
+                       help="bytes kept per recipient (default: 268435456, 256 MiB)")
+    relay.add_argument("--sender-queue-cap", type=int,
+                       help="envelopes kept per sender and recipient (default: 2500)")
+    relay.add_argument("--sender-bytes", type=int,
+                       help="bytes kept per sender and recipient (default: 67108864, 64 MiB)")
+    relay.add_argument("--total-bytes", type=int,
+                       help="bytes kept by the whole relay (default: 2147483648, 2 GiB)")
 
     demo = sub.add_parser("demo", help="try it: relay, demo agent and bot in one process")
     demo.add_argument("--config", help="take telegram.token from this file")

@@ -46,6 +46,8 @@ class RefusalReason(enum.Enum):
     BAD_PAYLOAD = "bad_payload"
     REPLAY = "replay"
     FROM_FUTURE = "from_future"
+    STALE = "stale"
+    """Older than the replay set remembers (rule 6): it could be a replay."""
 
 
 class EnvelopeRefused(ProtocolError):

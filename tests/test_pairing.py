@@ -101,6 +101,13 @@ def test_uri_errors_say_what_is_wrong(text: str, message: str) -> None:
         parse_pairing_uri(text)
 
 
+def test_uri_repr_shows_no_secret() -> None:
+    uri = parse_pairing_uri(URI)
+    shown = repr(uri)
+    assert repr(SECRET) not in shown and VECTORS["pairing"]["secret"] not in shown
+    assert "secret" not in shown and uri.agent.id in shown
+
+
 def test_non_text_uri_is_refused() -> None:
     with pytest.raises(PairingError):
         parse_pairing_uri(None)  # type: ignore[arg-type]

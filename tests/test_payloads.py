@@ -92,6 +92,36 @@ def test_loads_limited_refuses_hostile_json(data: bytes | str, message: str) -> 
         loads_limited(data, max_bytes=100, max_depth=40)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        r'"\ud800"',
+        r'["ok", "x\udfff"]',
+        r'{"\uD83D": 1}',
+        r'"\ude00\ud83d"',
+        r'{"a": {"b": ["\udbff"]}}',
+    ],
+)
+def test_loads_limited_refuses_lone_surrogate_escapes(text: str) -> None:
+    # json.loads accepts them, but no UTF-8 can carry them: the digest, the store and
+    # Telegram would all fail later, and the envelope would be redelivered forever.
+    for data in (text, text.encode()):
+        with pytest.raises(PayloadError, match="lone surrogate in JSON string"):
+            loads_limited(data, max_bytes=100)
+
+
+def test_loads_limited_keeps_surrogate_pairs_and_escaped_backslashes() -> None:
+    assert loads_limited(r'"\ud83d\ude00"', max_bytes=100) == "😀"
+    assert loads_limited(r'"\\ud800"', max_bytes=100) == "\\ud800"
+
+
+def test_payload_with_a_lone_surrogate_is_refused_whole() -> None:
+    body = json.dumps(_update(approvals=[_approval(arguments={"to": "\ud800"})]))
+    assert "\\ud800" in body
+    with pytest.raises(PayloadError, match="lone surrogate"):
+        parse_payload(('{"kind": "inbox_update", "v": 1, "body": ' + body + "}").encode())
+
+
 def test_loads_limited_ignores_brackets_inside_strings() -> None:
     text = json.dumps({"a": "[" * 500, "b": ['\\"{{{{' * 50]})
     assert loads_limited(text, max_bytes=10_000)["a"] == "[" * 500
@@ -118,6 +148,40 @@ def test_rfc3339_format_and_parse() -> None:
         assert parse_rfc3339(bad) is None
     with pytest.raises(ValueError):
         format_rfc3339(datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9999-12-31T23:59:59-05:00",
+        "0001-01-01T00:00:00+05:00",
+        "9999-12-31T23:59:59Z",
+        "9001-01-01T00:00:00Z",
+        "1969-12-31T23:59:59Z",
+        "1970-01-01T00:00:00+00:01",
+    ],
+)
+def test_rfc3339_out_of_range_is_absent(text: str) -> None:
+    # Such times overflow in astimezone(), timestamp() or a few days' arithmetic.
+    assert parse_rfc3339(text) is None
+
+
+def test_rfc3339_is_returned_in_utc_and_safe_to_shift() -> None:
+    for text in ("9000-12-31T18:59:59-05:00", "1970-01-01T00:00:00Z", "2025-11-29T22:00+14:00"):
+        parsed = parse_rfc3339(text)
+        assert parsed is not None and parsed.utcoffset() == timedelta(0)
+        assert parsed.tzinfo is UTC
+        for moment in (parsed + timedelta(days=30), parsed - timedelta(days=30)):
+            assert moment.timestamp() == parsed.timestamp() + (moment - parsed).total_seconds()
+
+
+def test_out_of_range_times_leave_an_item_that_encodes_and_renders() -> None:
+    item = parse_approval(
+        _approval(created_at="0001-01-01T00:00:00+05:00", expires_at="9999-12-31T23:59:59-05:00")
+    )
+    assert item.created_at is None and item.expires_at is None
+    wire = item_to_wire(item)
+    assert "created_at" not in wire and "expires_at" not in wire
 
 
 # -- inbox_update: leniency ---------------------------------------------------------------

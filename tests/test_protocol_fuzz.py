@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,12 +12,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.errors import EnvelopeRefused, PayloadError, ProtocolError, RefusalReason, SkaldError
-from bot.protocol.encoding import b64u_decode, b64u_encode, canonical_json
+from bot.protocol.encoding import args_sha256, b64u_decode, b64u_encode, canonical_json
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, open_envelope, parse_envelope, seal
 from bot.protocol.identity import Identity
 from bot.protocol.pairing import format_pairing_uri, parse_pairing_uri
-from bot.protocol.payloads import parse_payload, raw_payload
+from bot.protocol.payloads import (
+    InboxUpdate,
+    encode_payload,
+    item_to_wire,
+    parse_payload,
+    raw_payload,
+)
 from bot.protocol.replay import MemoryReplayGuard
+from bot.render import Renderer
 
 AGENT = Identity.from_seeds(b"\x01" * 32, b"\x02" * 32, "agent")
 DEVICE = Identity.from_seeds(b"\x03" * 32, b"\x04" * 32, "device")
@@ -183,6 +191,124 @@ def test_pairing_uri_with_one_arbitrary_parameter(name: str, value: str) -> None
     pairs = [pair.split("=", 1) for pair in query.split("&")]
     text = head + "?" + "&".join(f"{k}={value if k == name else v}" for k, v in pairs)
     _only_skald_errors(parse_pairing_uri, text)
+
+
+# -- accepted means usable: whatever parses survives digest, storage and rendering -------------
+
+RENDERER = Renderer()
+RENDER_NOW = datetime(2025, 11, 29, 10, 1, tzinfo=UTC)
+HOSTILE_TIMES = [
+    "9999-12-31T23:59:59-05:00",
+    "0001-01-01T00:00:00+05:00",
+    "9999-12-31T23:59:59Z",
+    "0001-01-01T00:00:00Z",
+    "1969-12-31T23:59:59Z",
+    "9000-12-31T18:59:59-05:00",
+    "2025-11-29T22:00:00+14:00",
+    "2025-11-29T10:15:00Z",
+    "2025-W01-1T10:00:00Z",
+    "yesterday",
+    5,
+    None,
+]
+# json.dumps writes a lone surrogate as a \\uXXXX escape, which json.loads accepts.
+hostile_text = st.lists(
+    st.sampled_from(["\ud800", "\udfff", "\ud83d", "😀", "<b>", "&#95;", "\\_", "**", "ok"])
+    | st.text(max_size=6),
+    max_size=4,
+).map("".join)
+hostile_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | hostile_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner, max_size=3),
+    max_leaves=8,
+)
+hostile_times = st.sampled_from(HOSTILE_TIMES)
+
+
+@st.composite
+def hostile_updates(draw: st.DrawFn) -> dict[str, object]:
+    """Well-shaped inbox_update payloads with hostile text, values and times inside."""
+    blocks = st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(["key_value", "field", "block", "x"]),
+            "label": hostile_text,
+            "value": hostile_json,
+            "value_type": st.sampled_from(["string", "secret", "markdown", "datetime", "json"]),
+        }
+    )
+    approvals = [
+        {
+            "id": f"apr_{index}",
+            "tool": draw(hostile_text),
+            "summary": draw(hostile_text),
+            "arguments": draw(hostile_json),
+            "blocks": draw(st.lists(blocks, max_size=4)),
+            "created_at": draw(hostile_times),
+            "expires_at": draw(hostile_times),
+        }
+        for index in range(draw(st.integers(0, 2)))
+    ]
+    clarifications = [
+        {
+            "id": f"clr_{index}",
+            "question": draw(hostile_text),
+            "options": draw(st.lists(hostile_text, max_size=3)),
+            "expires_at": draw(hostile_times),
+        }
+        for index in range(draw(st.integers(0, 2)))
+    ]
+    resolved = [
+        {"id": "r", "outcome": "expired", "by": draw(hostile_text), "at": draw(hostile_times)}
+    ]
+    body = {
+        "rev": 1,
+        "agent": {"name": draw(hostile_text)},
+        "approvals": approvals,
+        "clarifications": clarifications,
+        "resolved": resolved,
+    }
+    return {"kind": "inbox_update", "v": 1, "body": body}
+
+
+def _shift_safely(moment: datetime | None) -> None:
+    if moment is not None:
+        for days in (-7, 0, 7):
+            (moment + timedelta(days=days)).timestamp()
+        moment.astimezone(UTC)
+
+
+@FUZZ
+@given(hostile_updates())
+def test_every_accepted_payload_survives_digest_storage_and_rendering(obj: object) -> None:
+    try:
+        payload = parse_payload(json.dumps(obj).encode())
+    except PayloadError:
+        return
+    assert isinstance(payload, InboxUpdate)
+    encode_payload(payload)
+    for approval in payload.approvals:
+        args_sha256(approval.arguments)
+        json.dumps(item_to_wire(approval), ensure_ascii=False).encode("utf-8")
+        _shift_safely(approval.created_at)
+        _shift_safely(approval.expires_at)
+        RENDERER.title(approval)
+        for secrets in ("masked", "spoiler"):
+            RENDERER.approval_card(
+                approval, agent_name=payload.agent_name, secrets=secrets, now=RENDER_NOW
+            )
+    for question in payload.clarifications:
+        json.dumps(item_to_wire(question), ensure_ascii=False).encode("utf-8")
+        _shift_safely(question.expires_at)
+        RENDERER.question_card(question, agent_name=payload.agent_name, now=RENDER_NOW)
+    for resolved in payload.resolved:
+        _shift_safely(resolved.at)
+
+
+def test_sealed_payload_with_a_lone_surrogate_is_refused_as_bad_payload() -> None:
+    body = {"rev": 1, "approvals": [{"id": "a", "tool": "t", "summary": "\ud800"}]}
+    refusal = _refusal(_sealed(json.dumps({"kind": "inbox_update", "v": 1, "body": body}).encode()))
+    assert refusal.reason is RefusalReason.BAD_PAYLOAD
+    assert "lone surrogate" in refusal.detail
 
 
 # -- explicit hostile cases -------------------------------------------------------------------

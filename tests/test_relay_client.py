@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import sqlite3
 import sys
@@ -21,7 +22,13 @@ from bot.errors import RelayError
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
-from bot.relay.client import EnvelopeHandler, MemoryOutbox, Outbox, RelayClient
+from bot.relay.client import (
+    MAX_HANDLER_ATTEMPTS,
+    EnvelopeHandler,
+    MemoryOutbox,
+    Outbox,
+    RelayClient,
+)
 from bot.relay.frames import challenge_frame
 from bot.relay.server import RelayServer
 from bot.store import Store
@@ -54,20 +61,26 @@ class Peer:
         on_ready: Callable[[], Awaitable[None]] | None = None,
         open_timeout: float = 2.0,
         outbox: Outbox | None = None,
+        backoff_initial: float = 0.02,
+        backoff_max: float = 0.2,
+        ping_interval: float = 20.0,
+        ping_timeout: float = 20.0,
     ) -> None:
         self.url = url
         self.identity = identity
-        self.outbox = MemoryOutbox()
+        self.outbox = outbox if isinstance(outbox, MemoryOutbox) else MemoryOutbox()
         self.received: list[dict[str, object]] = []
         self.client = RelayClient(
             url,
             identity,
             handler=handler or self.record,
-            outbox=outbox or self.outbox,
+            outbox=self.outbox if outbox is None else outbox,
             on_ready=on_ready,
-            backoff_initial=0.02,
-            backoff_max=0.2,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
             open_timeout=open_timeout,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
         )
         self._task: asyncio.Task[None] | None = None
 
@@ -231,7 +244,7 @@ async def test_the_durable_outbox_survives_a_restart(
     reopened.close()
 
 
-async def test_a_failing_handler_gets_the_envelope_again_next_session(
+async def test_a_failing_handler_gets_the_envelope_again_after_the_backoff(
     relay: RelayServer, alice: Identity, bob: Identity
 ) -> None:
     calls: list[object] = []
@@ -244,12 +257,144 @@ async def test_a_failing_handler_gets_the_envelope_again_next_session(
     a, b = Peer(relay.url, alice), Peer(relay.url, bob, handler=flaky)
     a.start()
     b.start()
-    env = a.send(bob)
-    await eventually(lambda: len(calls) == 1)
+    first, second = a.send(bob, 0), a.send(bob, 1)
+    await eventually(lambda: len(calls) == 3)  # no restart: the client reconnects by itself
+    assert calls == [first["id"], first["id"], second["id"]]  # still in order
+    assert b.client.status().reconnects >= 1
+    await a.stop()
     await b.stop()
+
+
+async def test_a_poison_envelope_is_dropped_after_repeated_failures(
+    relay: RelayServer, alice: Identity, bob: Identity, caplog: pytest.LogCaptureFixture
+) -> None:
+    attempts: list[float] = []
+    handled: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+
+    async def chokes_on_the_first(envelope: dict[str, object]) -> None:
+        if envelope["id"] == poison["id"]:
+            attempts.append(loop.time())
+            raise ValueError("cannot handle this one")
+        handled.append(envelope)
+
+    a = Peer(relay.url, alice)
+    a.start()
+    poison, after = a.send(bob, 0), a.send(bob, 1)
+    b = Peer(relay.url, bob, handler=chokes_on_the_first, backoff_initial=0.05, backoff_max=5)
     b.start()
-    await eventually(lambda: len(calls) == 2)
-    assert calls == [env["id"], env["id"]]
+    await eventually(lambda: handled == [after])
+    assert len(attempts) == MAX_HANDLER_ATTEMPTS
+    # A failed handler is no sign of a healthy session: the backoff keeps growing (the
+    # fourth wait is drawn from [0.2, 0.4] s), rather than starting again at 0.05 s.
+    assert attempts[4] - attempts[3] >= 0.2
+    dropped = [r for r in caplog.records if "dropped after" in r.getMessage()]
+    assert [(r.levelno, r.getMessage()) for r in dropped] == [
+        (
+            logging.ERROR,
+            f"relay {relay.url}: envelope {poison['id']} dropped after 5 failed attempts",
+        )
+    ]
+    await b.stop()
+    again = Peer(relay.url, bob)
+    again.start()
+    later = a.send(bob, 2)
+    await eventually(lambda: len(again.received) == 1)
+    assert again.received == [later]  # the dropped one was acknowledged: gone from the relay
+    await again.stop()
+    await a.stop()
+
+
+class FailsToMarkOnce(MemoryOutbox):
+    """An outbox whose first ``outbox_mark_sent`` hits a bug (not a :class:`SkaldError`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def outbox_mark_sent(self, envelope_id: str) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a bug in the outbox")
+        super().outbox_mark_sent(envelope_id)
+
+
+async def test_an_unexpected_error_ends_the_session_not_the_client(
+    relay: RelayServer, alice: Identity, bob: Identity, caplog: pytest.LogCaptureFixture
+) -> None:
+    outbox = FailsToMarkOnce()
+    a, b = Peer(relay.url, alice, outbox=outbox), Peer(relay.url, bob)
+    a.start()
+    b.start()
+    env = a.send(bob)
+    await eventually(lambda: outbox.failed and len(outbox) == 0)
+    assert a.client.status().reconnects >= 1
+    assert any("failed unexpectedly" in r.getMessage() for r in caplog.records)
+    await eventually(lambda: len(b.received) >= 1)
+    # Sent again after the reconnect: the relay stores it once while it waits, but if bob
+    # had already acknowledged it, it comes again (at-least-once; bob's replay set).
+    assert all(received == env for received in b.received)
+    await a.stop()  # run() was still running and returns normally
+    await b.stop()
+
+
+class RecordingOutbox(MemoryOutbox):
+    """An outbox that notes when the client reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[float] = []
+
+    def outbox_pending(self, relay_url: str) -> list[dict[str, object]]:
+        self.reads.append(asyncio.get_running_loop().time())
+        return super().outbox_pending(relay_url)
+
+
+async def test_refused_envelopes_are_retried_together(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    retry = 0.2
+    outbox = RecordingOutbox()
+    async with RelayServer(tmp_path, queue_cap=0) as relay:  # takes nothing: queue_full
+        a = Peer(relay.url, alice, outbox=outbox, backoff_max=retry)
+        a.start()
+
+        async def send_and_wait_for_a_read(n: int) -> None:
+            before = len(outbox.reads)
+            a.send(bob, n)
+            await eventually(lambda: len(outbox.reads) > before)
+
+        for n in range(8):  # refused one after the other, a few milliseconds apart
+            await send_and_wait_for_a_read(n)
+        settled = len(outbox.reads)
+        await eventually(lambda: len(outbox.reads) >= settled + 3)
+        first, second, third = outbox.reads[settled : settled + 3]
+        # One retry timer for all of them: the outbox is read again once per period, not
+        # once per refusal.
+        assert second - first >= retry / 2
+        assert third - second >= retry / 2
+        await a.stop()
+
+
+async def test_a_slow_handler_does_not_break_keepalive(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a = Peer(relay.url, alice)
+    a.start()
+    sent = [a.send(bob, n) for n in range(100)]
+    await eventually(lambda: len(a.outbox) == 0)  # all waiting at the relay
+    received: list[dict[str, object]] = []
+
+    async def slow_at_first(envelope: dict[str, object]) -> None:
+        if not received:
+            await asyncio.sleep(1.5)  # far longer than ping_interval + ping_timeout
+        received.append(envelope)
+
+    b = Peer(relay.url, bob, handler=slow_at_first, ping_interval=0.05, ping_timeout=0.5)
+    b.start()
+    await eventually(lambda: len(received) == len(sent))
+    assert received == sent
+    assert b.client.status().reconnects == 0  # pongs were read while the handler worked
     await a.stop()
     await b.stop()
 

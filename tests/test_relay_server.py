@@ -21,8 +21,9 @@ from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.protocol.relayauth import auth_frame
-from bot.relay.queue import RelayQueue
-from bot.relay.server import RelayServer
+from bot.relay.frames import DELIVER_WINDOW, encode_envelope
+from bot.relay.queue import Incoming, RelayQueue
+from bot.relay.server import PRE_AUTH_FRAME_BYTES, RelayServer
 
 TIMEOUT = 5.0
 
@@ -255,6 +256,135 @@ async def test_queue_cap(relay: RelayServer, alice: Identity, bob: Identity) -> 
     await a.close()
 
 
+def size(env: dict[str, object]) -> int:
+    return len(encode_envelope(env).encode("utf-8"))
+
+
+async def send_all(ws: ClientConnection, envs: list[dict[str, object]]) -> list[str]:
+    """Send envelopes; the answer for each (``sent`` or the error code), in order."""
+    for env in envs:
+        await send(ws, {"type": "send", "envelope": env})
+    codes = []
+    for env in envs:
+        answer = await recv(ws)
+        assert answer["id"] == env["id"]
+        codes.append(str(answer.get("code", answer["type"])))
+    return codes
+
+
+async def test_one_sender_cannot_fill_a_recipients_queue(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    mallory = Identity.generate("mallory")
+    floods = [envelope(mallory, bob, n) for n in range(4)]
+    share = 2 * size(floods[0]) + 10
+    async with RelayServer(tmp_path, sender_bytes=share, queue_bytes=4 * share) as relay:
+        m = await session(relay.url, mallory)
+        assert await send_all(m, floods) == ["sent", "sent", "queue_full", "queue_full"]
+        a = await session(relay.url, alice)
+        wanted = envelope(alice, bob)
+        assert await send_all(a, [wanted]) == ["sent"]
+        b = await session(relay.url, bob)
+        assert [(await recv(b))["envelope"] for _ in range(3)] == [*floods[:2], wanted]
+        await b.close()
+        await m.close()
+        await a.close()
+
+
+async def test_envelope_cap_per_sender(tmp_path: Path, alice: Identity, bob: Identity) -> None:
+    mallory = Identity.generate("mallory")
+    async with RelayServer(tmp_path, queue_cap=10, sender_queue_cap=2) as relay:
+        m = await session(relay.url, mallory)
+        floods = [envelope(mallory, bob, n) for n in range(3)]
+        assert await send_all(m, floods) == ["sent", "sent", "queue_full"]
+        a = await session(relay.url, alice)
+        assert await send_all(a, [envelope(alice, bob)]) == ["sent"]
+        await m.close()
+        await a.close()
+
+
+async def test_byte_caps_per_recipient_and_for_the_relay(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    carol = Identity.generate("carol")
+    one = size(envelope(alice, bob)) + 10
+    async with RelayServer(tmp_path, queue_bytes=2 * one, total_bytes=3 * one) as relay:
+        a = await session(relay.url, alice)
+        to_bob = [envelope(alice, bob, n) for n in range(3)]
+        assert await send_all(a, to_bob) == ["sent", "sent", "queue_full"]
+        to_carol = [envelope(alice, carol, n) for n in range(2)]
+        assert await send_all(a, to_carol) == ["sent", "queue_full"]  # the relay is full
+        b = await session(relay.url, bob)
+        assert [(await recv(b))["envelope"] for _ in range(2)] == to_bob[:2]
+        await send(b, {"type": "ack", "id": to_bob[0]["id"]})
+        await send(b, {"type": "bogus"})  # answered after the ack is committed
+        assert (await recv(b))["code"] == "bad_frame"
+        assert await send_all(a, to_carol[1:]) == ["sent"]
+        await a.close()
+        await b.close()
+
+
+async def test_the_same_id_from_two_senders_is_two_envelopes(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    carol = Identity.generate("carol")
+    from_alice = envelope(alice, bob)
+    from_carol = {**envelope(carol, bob), "id": from_alice["id"]}
+    a = await session(relay.url, alice)
+    c = await session(relay.url, carol)
+    assert await send_all(a, [from_alice]) == ["sent"]
+    assert await send_all(c, [from_carol]) == ["sent"]
+    b = await session(relay.url, bob)
+    assert [(await recv(b))["envelope"] for _ in range(2)] == [from_alice, from_carol]
+    for _ in range(2):
+        await send(b, {"type": "ack", "id": from_alice["id"]})
+    await b.close()
+    b = await session(relay.url, bob)  # both acknowledged: nothing comes back
+    await send(b, {"type": "bogus"})
+    assert (await recv(b))["code"] == "bad_frame"
+    await a.close()
+    await c.close()
+    await b.close()
+
+
+async def test_large_frames_before_auth_are_refused(relay: RelayServer) -> None:
+    ws = await connect(relay.url)
+    assert (await recv(ws))["type"] == "challenge"
+    await send(ws, {"type": "auth", "padding": "x" * PRE_AUTH_FRAME_BYTES})
+    assert (await recv(ws))["code"] == "too_large"
+    assert await closed_code(ws) == 1009
+    ws = await connect(relay.url)
+    assert (await recv(ws))["type"] == "challenge"
+    await ws.send("x" * 100_000)  # beyond what websockets reads before authentication
+    assert await closed_code(ws) == 1009
+
+
+async def test_deliveries_wait_for_acks(tmp_path: Path, alice: Identity, bob: Identity) -> None:
+    async with RelayServer(tmp_path) as relay:
+        a = await session(relay.url, alice)
+        envs = [envelope(alice, bob, n) for n in range(DELIVER_WINDOW + 2)]
+        assert set(await send_all(a, envs)) == {"sent"}
+        b = await session(relay.url, bob)
+        window = [(await recv(b))["envelope"] for _ in range(DELIVER_WINDOW)]
+        assert window == envs[:DELIVER_WINDOW]
+
+        async def nothing_more_delivered() -> None:
+            await send(b, {"type": "bogus"})  # answered before any delivery sent later
+            assert (await recv(b))["code"] == "bad_frame"
+
+        await nothing_more_delivered()
+        await send(b, {"type": "ack", "id": "f" * 32})  # not delivered: makes no room
+        half = DELIVER_WINDOW // 2
+        for env in envs[: half - 1]:
+            await send(b, {"type": "ack", "id": env["id"]})
+        await nothing_more_delivered()
+        # Once half the window is acknowledged, deliveries go on.
+        await send(b, {"type": "ack", "id": envs[half - 1]["id"]})
+        assert [(await recv(b))["envelope"] for _ in range(2)] == envs[DELIVER_WINDOW:]
+        await a.close()
+        await b.close()
+
+
 async def test_other_paths_are_404(relay: RelayServer) -> None:
     with pytest.raises(InvalidStatus) as caught:
         await connect(relay.url.replace("/v1/connect", "/v2/elsewhere"))
@@ -265,9 +395,9 @@ async def test_queue_survives_a_restart_and_expires(
     tmp_path: Path, alice: Identity, bob: Identity
 ) -> None:
     data = tmp_path / "relay"
-    queue = RelayQueue.open(data, cap=10)
+    queue = RelayQueue.open(data)
     expired = envelope(alice, bob, 0)
-    queue.put(bob.id, str(expired["id"]), json.dumps(expired), now_ms=1)
+    queue.put(Incoming(bob.id, alice.id, str(expired["id"]), json.dumps(expired)), now_ms=1)
     queue.close()
     kept = envelope(alice, bob, 1)
     async with RelayServer(data) as first:

@@ -11,13 +11,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from tg_html import parse_html, problems, utf16_length
+from tg_html import checked_link, parse_html, problems, utf16_length
 
 from bot.cli import main
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Block, Clarification, InboxUpdate, parse_inbox_update
 from bot.render import Attachment, CardStatus, RenderedCard, Renderer, SecretsMode, Tap
 from bot.render.environment import build_environment
+from bot.render.markdown import http_link, markdown_to_html
+from bot.render.masking import Masker
 
 DATA = Path(__file__).parent / "data" / "vectors.json"
 GOLDEN = Path(__file__).parent / "golden"
@@ -275,6 +277,58 @@ def test_url_is_a_link_only_for_http_with_a_dotted_host(renderer: Renderer) -> N
         assert bad in html
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://ex.coma<b>😀/",
+        "http://.bc/",
+        "http://a..b/",
+        "http://a.example./",
+        "http://-a.example/",
+        "http://a-.example/",
+        "http://a_b.example/",
+        "http://[::1]/",
+        "http://a.example:99999/",
+        "http://a.example:x/",
+        "http://" + "a" * 64 + ".example/",
+        "http://a\u3002example/",
+        "http://a\u00adb.example/",
+    ],
+)
+def test_url_with_a_malformed_host_is_text(url: str) -> None:
+    assert not http_link(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://bücher.example/",
+        "https://a-b.example:8443/x?y",
+        "http://1.2.3.4/",
+        "https://A.Example",
+    ],
+)
+def test_url_with_a_proper_host_is_a_link_telegram_keeps(url: str) -> None:
+    assert http_link(url)
+    assert checked_link(url) is not None
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["**&#32;**", "_&#32;_", "~~&#32;~~", "` `", "[ ](https://a.example)", "# &#32;", "> &#32;",
+     "```\n\n```", "```\n   \n```", "    \n    \n"],
+)  # fmt: skip
+def test_markdown_never_wraps_only_whitespace(source: str) -> None:
+    html = markdown_to_html("x\n\n" + source + "\n\ny")
+    assert re.search(r"<(b|i|s|code|pre|a|blockquote)\b", html) is None
+    assert problems(html) == []
+
+
+def test_markdown_character_references_are_cleaned() -> None:
+    assert markdown_to_html("a&#x2028;b&#x202e;c&#0;d&#x1b;e") == "abc\ufffdd\ufffde"
+    assert markdown_to_html("```\na&#x202e;b\n```") == "<pre>a&amp;#x202e;b</pre>"
+
+
 def test_email_is_the_bare_address(renderer: Renderer) -> None:
     html = rendered_block(renderer, Block("key_value", "To", "a@b.example", "email"))
     assert html == "<b>To:</b> a@b.example"
@@ -392,6 +446,117 @@ def test_secret_is_masked_in_raw_arguments_and_attachments(renderer: Renderer) -
         assert rendered.attachment is not None
         content = rendered.attachment.content.decode()
         assert API_KEY not in content and "line ••••••" in content
+
+
+STRIPE_KEY = "sk_live_abc123"
+
+
+def with_secret(*blocks: Block, secret: str = STRIPE_KEY) -> Approval:
+    return Approval(
+        "apr_m", "pay", "Pay", (Block("key_value", "Key", secret, "secret"), *blocks), None
+    )
+
+
+def visible(rendered: RenderedCard) -> str:
+    return parse_html(rendered.html)[0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        r"key sk\_live\_abc123 here",
+        "key sk&#95;live&#95;abc123 here",
+        "key &#115;k_live_abc&#x31;23 here",
+        "key sk_li**ve**_abc123 here",
+        "key sk_live_*abc123* here",
+        r"[sk\_live\_abc123](https://docs.example/keys)",
+        "![sk&#95;live&#95;abc123](https://docs.example/i.png)",
+        "- a\n- sk\\_live\\_abc123",
+    ],
+)
+def test_markdown_cannot_spell_out_a_secret(renderer: Renderer, body: str) -> None:
+    item = with_secret(Block("block", "Notes", body, "markdown"))
+    masked = card(renderer, item, "masked")
+    assert STRIPE_KEY not in visible(masked)
+    assert "••••••" in visible(masked).split("Notes", 1)[1]
+    spoiler = card(renderer, item, "spoiler")
+    assert visible(spoiler).count(STRIPE_KEY) == 1  # in its own spoiler only
+
+
+def test_markdown_link_to_a_secret_is_shown_as_text(renderer: Renderer) -> None:
+    body = "see [the docs](https://docs.example/k/sk%5Flive%5Fabc123) now"
+    html = rendered_block(renderer, Block("block", "Notes", body, "markdown"))
+    assert "<a" in html  # without the secret, the link stays
+    item = with_secret(Block("block", "Notes", body, "markdown"))
+    rendered = card(renderer, item)
+    assert "<a" not in rendered.html and "abc123" not in rendered.html
+    assert "see the docs now" in rendered.plain
+
+
+def test_markdown_secret_is_masked_in_the_attachment_too(renderer: Renderer) -> None:
+    body = "line sk\\_live\\_abc123 end\n\n" * 2000
+    rendered = card(renderer, with_secret(Block("block", "Notes", body, "markdown")))
+    assert rendered.attachment is not None
+    content = rendered.attachment.content.decode()
+    assert STRIPE_KEY not in content and "sk\\_live\\_abc123" not in content
+    assert "line •••••• end" in content
+
+
+def test_markdown_to_html_masks_decoded_tokens() -> None:
+    mask = Masker([STRIPE_KEY])
+    assert markdown_to_html(r"a sk\_live\_abc123 b", mask=mask) == "a •••••• b"
+    assert markdown_to_html("`sk&#95;live&#95;abc123`", mask=mask) == (
+        "<code>sk&amp;#95;live&amp;#95;abc123</code>"  # code spans decode nothing
+    )
+    assert markdown_to_html("sk_li**ve**_abc123 x", mask=mask) == "•••••• x"
+    assert markdown_to_html("```sk_live_abc123\ncode\n```", mask=mask) == "<pre>code</pre>"
+    assert markdown_to_html(r"[sk\_live\_abc123](https://a.example)", mask=mask) == (
+        '<a href="https://a.example">••••••</a>'
+    )
+    across = Masker(["abc1\ndef2"])  # a secret that reads across two paragraphs
+    assert markdown_to_html("**abc1**\n\ndef2 x", mask=across) == "•••••• x"
+
+
+def test_short_secrets_are_masked_where_they_stand_alone(renderer: Renderer) -> None:
+    item = with_secret(
+        Block("block", "Notes", "PIN 482, not 14820 or x482; (482)", "text"), secret="482"
+    )
+    notes = card(renderer, item).plain.split("Notes", 1)[1]
+    assert notes == "\nPIN ••••••, not 14820 or x482; (••••••)"
+
+
+def test_overlapping_secrets_leave_no_part_visible(renderer: Renderer) -> None:
+    item = Approval(
+        "apr_o",
+        "t",
+        "s",
+        (
+            Block("key_value", "A", "abcd1234", "secret"),
+            Block("key_value", "B", "1234wxyz", "secret"),
+            Block("block", "Notes", "x abcd1234wxyz y 1234wxyzabcd1234 z", "text"),
+        ),
+        None,
+    )
+    notes = card(renderer, item).plain.split("Notes", 1)[1]
+    assert notes == "\nx •••••• y •••••• z"
+
+
+def test_whitespace_secret_does_not_mangle_other_values(renderer: Renderer) -> None:
+    item = with_secret(Block("block", "Payload", {"a": {"b": 1}}, "json"), secret="\t")
+    assert '{\n  "a": {\n    "b": 1\n  }\n}' in card(renderer, item).plain
+
+
+def test_many_secrets_and_blocks_still_render_every_block_to_the_file(renderer: Renderer) -> None:
+    blocks = []
+    for index in range(2000):
+        secret = f"tok_{index:06d}_{'x' * 10}"
+        blocks.append(Block("key_value", f"Key {index}", secret, "secret"))
+        blocks.append(Block("key_value", f"Row {index}", f"uses {secret} here", "string"))
+    rendered = card(renderer, Approval("apr_n", "t", "s", tuple(blocks), None), "masked")
+    assert rendered.attachment is not None
+    content = rendered.attachment.content.decode()
+    assert "Row 1999:\nuses •••••• here" in content and "tok_" not in content
+    assert "tok_" not in rendered.html
 
 
 # --- Telegram's limits ----------------------------------------------------------------

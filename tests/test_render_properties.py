@@ -4,14 +4,17 @@ Telegram accepts in full, within its limits, and no secret shows where it must n
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tg_html import Entity, parse_html, problems, utf16_length
+from tg_html import Entity, checked_link, parse_html, problems, utf16_length
 
 from bot.protocol.payloads import Approval, Block, Clarification
 from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
+from bot.render.markdown import http_link
 
 NOW = datetime(2025, 11, 29, 10, 1, tzinfo=UTC)
 RENDERER = Renderer()
@@ -24,7 +27,9 @@ TRICKY = [
     "$USD", "4111 1111 1111 1111", "1.2.3.4", "**", "__", "~~", "`", "```", "```py\n", "# ",
     "> ", "- ", "1. ", "[a](https://b.example)", "![i](http://c.example/i.png)", "| a | b |",
     "= same", "+ new", "- old", "@@ -1 +1 @@", "{", "}", '{"a": [1, 2]}', "2025-11-29T22:00:00Z",
-    "true", "•", "…",
+    "true", "•", "…", "&#32;", "&#x2028;", "&#x202e;", "&#95;", "&amp;", "\\_", "\\", "** **",
+    "` `", "[ ](https://a.example)", "```\n \n```", "> &#32;", "# &#32;", "http://a..b/",
+    "http://ex.coma<b>😀/", "https://bücher.example/x",
 ]  # fmt: skip
 LAYOUTS = ["key_value", "field", "block", "carousel", ""]
 VALUE_TYPES = [
@@ -32,6 +37,10 @@ VALUE_TYPES = [
     "number", "boolean", "datetime", "secret", "hologram", "",
 ]  # fmt: skip
 SECRET_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+MARKDOWN_MARKS = "_*`\\~[]&#;!<>"
+SHORT_ALPHABET = "QXZJ"
+"""Letters no card text of its own uses as a word: a short secret is only masked where it
+stands alone, so the property checks it between spaces."""
 
 piece = st.one_of(
     st.sampled_from(TRICKY),
@@ -45,37 +54,92 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
     max_leaves=12,
 )
-secret_tokens = st.text(SECRET_ALPHABET, min_size=8, max_size=24).map(lambda s: "sk" + s)
+plain_secrets = st.text(SECRET_ALPHABET, min_size=8, max_size=24).map(lambda s: "sk" + s)
+marked_secrets = st.text(SECRET_ALPHABET + MARKDOWN_MARKS, min_size=6, max_size=16).map(
+    lambda s: "sk" + s
+)
+secret_tokens = plain_secrets | marked_secrets
+short_secrets = st.text(SHORT_ALPHABET, min_size=1, max_size=3)
+
+
+def markdown_escaped(secret: str) -> str:
+    """``secret`` as Markdown that reads as it: the first letter a character reference,
+    each ASCII punctuation mark backslash-escaped."""
+    rest = "".join("\\" + c if c.isascii() and not c.isalnum() else c for c in secret[1:])
+    return f"&#{ord(secret[0])};" + rest
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """The secrets of an approval: ``long`` ones, ``short`` ones, and how ``joined`` reads:
+    the first long one run together with the one that overlaps it (``tail`` is what the
+    second adds: it must never show either)."""
+
+    long: list[str]
+    short: list[str]
+    joined: str = ""
+    tail: str = ""
 
 
 @st.composite
-def approvals(draw: st.DrawFn) -> tuple[Approval, list[str]]:
-    """An approval with random blocks, plus the secrets it holds sprinkled elsewhere too."""
+def secret_sets(draw: st.DrawFn) -> Secrets:
+    """Long secrets (sometimes two overlapping: the end of one starts the other) and
+    short ones."""
     secrets = draw(st.lists(secret_tokens, max_size=3, unique=True))
+    short = draw(st.lists(short_secrets, max_size=2, unique=True))
+    overlap: bool = draw(st.booleans())
+    if not secrets or not overlap:
+        return Secrets(secrets, short)
+    first, tail = secrets[0], draw(plain_secrets)
+    second = first[len(first) // 2 :] + tail
+    if second in secrets:
+        return Secrets(secrets, short)
+    return Secrets([*secrets, second], short, first + tail, tail)
+
+
+@st.composite
+def approvals(draw: st.DrawFn) -> tuple[Approval, Secrets]:
+    """An approval with random blocks, plus the secrets it holds sprinkled elsewhere too:
+    as they are, spelled with Markdown escapes, run together where they overlap, inside
+    JSON values. Each is followed by " ." so that a short one stands alone."""
+    secrets = draw(secret_sets())
+    everything = secrets.long + secrets.short
 
     def sprinkled(text: str) -> str:
-        sprinkle: bool = draw(st.booleans())
-        if secrets and sprinkle:
-            return text + " " + draw(st.sampled_from(secrets)) + " "
-        return text
+        how = draw(st.sampled_from(["none", "plain", "plain", "escaped", "joined"]))
+        if not everything or how == "none":
+            return text
+        secret = draw(st.sampled_from(everything))
+        derived = bool(secrets.tail) and secret.endswith(secrets.tail)
+        if how == "escaped" and secret in secrets.long and not derived:
+            secret = markdown_escaped(secret)  # (escaped, a tail would show outside it)
+        elif how == "joined" and secrets.joined:
+            secret = secrets.joined
+        return text + " " + secret + " ."
+
+    def value(raw: object) -> object:
+        if not isinstance(raw, str):
+            return raw
+        nested: bool = draw(st.booleans())
+        return {"nested": [sprinkled(raw)]} if nested else sprinkled(raw)
 
     blocks = [
         Block(
             type=draw(st.sampled_from(LAYOUTS)),
             label=sprinkled(draw(texts)),
-            value=draw(json_values.map(lambda v: sprinkled(v) if isinstance(v, str) else v)),
-            value_type=draw(st.sampled_from(VALUE_TYPES)),
+            value=draw(json_values.map(value)),
+            value_type=draw(st.sampled_from([*VALUE_TYPES, "markdown", "markdown", "markdown"])),
             truncated_chars=draw(st.sampled_from([0, 0, 0, 12345])),
         )
         for _ in range(draw(st.integers(0, 12)))
     ]
-    for secret in secrets:
+    for secret in everything:
         where = draw(st.integers(0, len(blocks)))
         blocks.insert(where, Block(draw(st.sampled_from(LAYOUTS)), "Key", secret, "secret"))
     arguments = draw(json_values)
     hide_in_arguments: bool = draw(st.booleans())
-    if secrets and hide_in_arguments:
-        arguments = {"key": secrets[0], "other": arguments}
+    if everything and hide_in_arguments:
+        arguments = {"key": everything[0], "other": arguments}
     item = Approval(
         id=draw(texts),
         tool=draw(texts),
@@ -111,18 +175,10 @@ def assert_sendable(rendered: RenderedCard) -> tuple[str, list[Entity]]:
     return text, entities
 
 
-def utf16_offsets(text: str, needle: str) -> list[int]:
-    offsets, start = [], text.find(needle)
-    while start >= 0:
-        offsets.append(utf16_length(text[:start]))
-        start = text.find(needle, start + 1)
-    return offsets
-
-
 @SETTINGS
 @given(case=approvals(), secrets_mode=st.sampled_from(["spoiler", "masked"]), status=statuses)
 def test_any_approval_renders_to_html_telegram_keeps_whole(
-    case: tuple[Approval, list[str]], secrets_mode: SecretsMode, status: CardStatus | None
+    case: tuple[Approval, Secrets], secrets_mode: SecretsMode, status: CardStatus | None
 ) -> None:
     item, secrets = case
     rendered = RENDERER.approval_card(
@@ -131,14 +187,19 @@ def test_any_approval_renders_to_html_telegram_keeps_whole(
     text, entities = assert_sendable(rendered)
     attachment = rendered.attachment.content.decode() if rendered.attachment else ""
     spoilers = [e for e in entities if e.type == "spoiler"]
-    for secret in secrets:
-        assert secret not in attachment
-        if secrets_mode == "masked":
-            assert secret not in rendered.html
-            continue
-        size = utf16_length(secret)
-        for offset in utf16_offsets(text, secret):
-            assert any(s.offset <= offset and offset + size <= s.end for s in spoilers)
+
+    def only_in_spoilers(pattern: str) -> None:
+        """Every match shows only in a spoiler, and only when secrets may be shown."""
+        assert re.search(pattern, attachment) is None
+        for match in re.finditer(pattern, text):
+            start, size = utf16_length(text[: match.start()]), utf16_length(match.group())
+            assert secrets_mode == "spoiler"
+            assert any(s.offset <= start and start + size <= s.end for s in spoilers)
+
+    for secret in [*secrets.long, secrets.tail] if secrets.tail else secrets.long:
+        only_in_spoilers(re.escape(secret))
+    for secret in secrets.short:
+        only_in_spoilers(r"(?<!\S)" + re.escape(secret) + r"(?= )")
 
 
 @SETTINGS
@@ -167,3 +228,17 @@ def test_attachment_holds_the_whole_value(value: object, value_type: str) -> Non
     if rendered.attachment is not None and value_type not in ("secret", "json"):
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         assert len(rendered.attachment.content.decode()) >= len(shown.strip()) // 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scheme=st.sampled_from(["http", "https", "HTTPS", "ftp"]),
+    labels=st.lists(st.text("ab1é-_ßК😀<\u3002\u00ad", max_size=5), min_size=1, max_size=4),
+    tail=st.sampled_from(["", "/", "/a?b=1&c#d", ":8080/x", ":0/", ":x/"]),
+)
+def test_every_link_written_is_one_telegram_keeps(
+    scheme: str, labels: list[str], tail: str
+) -> None:
+    url = scheme + "://" + ".".join(labels) + tail
+    if http_link(url):
+        assert checked_link(url) is not None

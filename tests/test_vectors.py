@@ -33,7 +33,7 @@ from bot.protocol.payloads import (
     parse_payload,
 )
 from bot.protocol.relayauth import auth_frame, verify_auth_frame
-from bot.protocol.replay import MemoryReplayGuard
+from bot.protocol.replay import MAX_AGE_MS, RETENTION_MS, MemoryReplayGuard
 
 VECTORS: dict[str, Any] = json.loads(
     (Path(__file__).parent / "data" / "vectors.json").read_text(encoding="utf-8")
@@ -144,6 +144,38 @@ def test_future_skew_limit_is_five_minutes_relative_to_the_envelope() -> None:
     with pytest.raises(EnvelopeRefused) as refused:
         _open(vector, now_ms=ts - MAX_FUTURE_SKEW_MS - 1)
     assert refused.value.reason is RefusalReason.FROM_FUTURE
+
+
+def test_envelope_older_than_the_replay_set_remembers_is_stale() -> None:
+    vector = VECTORS["open"][0]
+    ts = vector["envelope"]["ts"]
+    _open(vector, now_ms=ts + MAX_AGE_MS)
+    with pytest.raises(EnvelopeRefused) as refused:
+        _open(vector, now_ms=ts + MAX_AGE_MS + 1)
+    assert refused.value.reason is RefusalReason.STALE
+
+
+@pytest.mark.parametrize("skew_ms", [0, MAX_FUTURE_SKEW_MS])
+def test_envelope_cannot_be_replayed_once_its_id_is_forgotten(skew_ms: int) -> None:
+    # Accepted while its ts was up to 5 minutes ahead; remembered under the time it was
+    # seen (as the store does), then forgotten after the retention.
+    vector = VECTORS["open"][0]
+    seen_at = vector["envelope"]["ts"] - skew_ms
+    replay = MemoryReplayGuard()
+    opened = _open(vector, now_ms=seen_at, replay=replay)
+    replay.remember(opened.envelope.id, seen_at)
+    later = seen_at + RETENTION_MS + 1
+    assert replay.forget_expired(later) == 1
+    with pytest.raises(EnvelopeRefused) as refused:
+        _open(vector, now_ms=later, replay=replay)
+    assert refused.value.reason is RefusalReason.STALE
+
+
+def test_opened_repr_shows_no_decrypted_content() -> None:
+    opened = _open(VECTORS["open"][0])
+    shown = repr(opened)
+    assert "payload=" not in shown and "apr_email_1" not in shown
+    assert opened.envelope.id in shown
 
 
 def test_year_2100_envelope_is_only_refused_for_its_time() -> None:

@@ -12,7 +12,13 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
 from bot.errors import EnvelopeRefused, PayloadError, ProtocolError, RefusalReason
-from bot.protocol.encoding import b64u_decode, b64u_encode, canonical_json, loads_limited
+from bot.protocol.encoding import (
+    b64u_decode,
+    b64u_encode,
+    canonical_json,
+    is_int,
+    loads_limited,
+)
 from bot.protocol.identity import (
     SIGNATURE_BYTES,
     Identity,
@@ -22,7 +28,7 @@ from bot.protocol.identity import (
 )
 from bot.protocol.pairing import device_public_card
 from bot.protocol.payloads import PairRequest, Payload, parse_payload
-from bot.protocol.replay import ReplayGuard
+from bot.protocol.replay import MAX_AGE_MS, ReplayGuard
 
 VERSION = 1
 MAX_ENVELOPE_BYTES = 1 << 20
@@ -72,7 +78,8 @@ class Opened:
     """An envelope that passed every acceptance rule, with its payload and who sent it."""
 
     envelope: Envelope
-    payload: Payload
+    payload: Payload = field(repr=False)
+    """The decrypted content: never logged, so not in the repr either."""
     sender: PublicCard
     plaintext: bytes = field(default=b"", repr=False, compare=False)
     """The decrypted payload bytes, for callers that need the raw body: never log them."""
@@ -133,7 +140,7 @@ def parse_envelope(raw: object) -> Envelope:
     """Check rule 1 of §2 (version, shape, size) on a dict, JSON text or JSON bytes."""
     obj = _as_object(raw)
     version = obj.get("v")
-    if not _is_int(version):
+    if not is_int(version):
         raise EnvelopeRefused(RefusalReason.MALFORMED, "v must be an integer")
     if version != VERSION:
         raise EnvelopeRefused(RefusalReason.BAD_VERSION, f"unsupported version {version}")
@@ -141,7 +148,7 @@ def parse_envelope(raw: object) -> Envelope:
     sender = _id_field(obj, "from")
     recipient = _id_field(obj, "to")
     ts = obj.get("ts")
-    if not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
+    if not is_int(ts) or not 0 <= ts <= MAX_TS:
         raise EnvelopeRefused(RefusalReason.MALFORMED, "ts must be a non-negative integer")
     ct = _bytes_field(obj, "ct")
     if len(ct) < MIN_CT_BYTES:
@@ -187,10 +194,6 @@ def _canonical_size(obj: dict[str, object]) -> int:
     verbatim = {key: value for key in _BASE64_FIELDS if isinstance(value := obj.get(key), str)}
     rest = {key: "" if key in verbatim else value for key, value in obj.items()}
     return len(canonical_json(rest)) + sum(len(value) for value in verbatim.values())
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _id_field(obj: dict[str, object], name: str) -> str:
@@ -239,6 +242,10 @@ def open_envelope(
     still be accepted when its payload is a ``pair_request`` for its own id whose
     ``device.sign_pub`` verifies the signature. The replay set is only checked: the caller
     records the id in the same transaction that processes the payload.
+
+    Rule 6 also refuses an envelope older than :data:`bot.protocol.replay.MAX_AGE_MS`
+    (:attr:`RefusalReason.STALE`): the replay set forgets ids after 30 days, so an older
+    envelope could otherwise be accepted a second time.
     """
     envelope = parse_envelope(raw)
     if envelope.recipient != me.id:
@@ -260,6 +267,8 @@ def open_envelope(
         raise EnvelopeRefused(
             RefusalReason.FROM_FUTURE, f"ts is {envelope.ts - now_ms} ms in the future"
         )
+    if envelope.ts < now_ms - MAX_AGE_MS:
+        raise EnvelopeRefused(RefusalReason.STALE, f"ts is {now_ms - envelope.ts} ms in the past")
     return Opened(envelope=envelope, payload=payload, sender=sender, plaintext=plaintext)
 
 

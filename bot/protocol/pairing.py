@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from bot.errors import PairingError, ProtocolError
@@ -27,7 +27,7 @@ class PairingUri:
 
     relay: str
     agent: PublicCard
-    secret: bytes
+    secret: bytes = field(repr=False)
 
 
 def format_pairing_uri(relay: str, agent: PublicCard, secret: bytes) -> str:

@@ -15,7 +15,13 @@ from datetime import datetime
 from typing import Any, TypeAlias
 
 from bot.errors import PayloadError
-from bot.protocol.encoding import canonical_json, format_rfc3339, loads_limited, parse_rfc3339
+from bot.protocol.encoding import (
+    canonical_json,
+    format_rfc3339,
+    is_int,
+    loads_limited,
+    parse_rfc3339,
+)
 
 JSON: TypeAlias = Any
 """A decoded JSON value: None, bool, int, float, str, list or dict."""
@@ -215,7 +221,7 @@ def parse_payload(plaintext: bytes) -> Payload:
     if parser is None:
         return UnknownPayload(kind)
     version = obj.get("v")
-    if not _is_int(version) or version != PAYLOAD_VERSION:
+    if not is_int(version) or version != PAYLOAD_VERSION:
         raise PayloadError(f"{kind}: unsupported payload version (expected {PAYLOAD_VERSION})")
     return parser(obj.get("body"))
 
@@ -348,7 +354,7 @@ def _parse_block(raw: dict[str, JSON]) -> Block:
 def _earlier_truncation(value: JSON) -> int:
     """``truncated_chars`` as written by :func:`item_to_wire` (not a wire field of the
     spec), so a stored item reads back with its truncation note."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PAYLOAD_BYTES:
+    if is_int(value) and 0 < value <= MAX_PAYLOAD_BYTES:
         return value
     return 0
 
@@ -469,10 +475,6 @@ _PARSERS: dict[str, Callable[[object], Payload]] = {
 }
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _object(value: object, where: str) -> dict[str, JSON]:
     if not isinstance(value, dict):
         raise PayloadError(f"{where} must be a JSON object")
@@ -495,7 +497,7 @@ def _optional_str(obj: dict[str, JSON], name: str, where: str) -> str | None:
 
 def _int(obj: dict[str, JSON], name: str, where: str) -> int:
     value = obj.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise PayloadError(f"{where}: {name} must be a non-negative integer")
     return value
 

@@ -1,25 +1,32 @@
 """The relay client (protocol §4): keeps one authenticated session open and loses nothing.
 
-Incoming envelopes go to a handler and are acknowledged only after it returns, so an
-envelope whose processing was interrupted is delivered again on the next session.
+Incoming envelopes go to a handler, one at a time and in order, and are acknowledged only
+after it returns. A handler that raises ends the session (code 1011), so the envelope and
+everything after it are delivered again on the next session, after the backoff; an
+envelope whose handler failed :data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and
+dropped (logged as an error) so that it cannot block the queue forever. Handling runs
+apart from reading, so a slow handler does not stop the client from answering keepalive.
 Outgoing envelopes wait in an :class:`Outbox` until the relay answers ``sent``, and are
-sent again, with the same id, after every reconnection. The client never opens an
-envelope: the handler does.
+sent again, with the same id, after every reconnection; envelopes refused for now are
+retried ``backoff_max`` seconds later. The client never opens an envelope: the handler
+does.
 
 Reconnection uses exponential backoff with jitter (``backoff_initial`` doubling to
 ``backoff_max``; each wait is drawn between half and all of the current delay). The delay
 goes back to ``backoff_initial`` after a healthy session: one that authenticated and then
-either carried traffic (a ``deliver`` or a ``sent``) or stayed up for
+either carried traffic (a delivery handled or a ``sent``) or stayed up for
 :data:`HEALTHY_SESSION_S` seconds. Liveness uses WebSocket ping/pong, so a dead
 connection is noticed within ``ping_interval + ping_timeout`` seconds; a relay that does
 not complete the handshake, challenge and ``ready`` within ``open_timeout`` is given up
-on and retried.
+on and retried. Nothing but :meth:`RelayClient.stop` (or cancellation) ends
+:meth:`RelayClient.run`: even an unexpected error is logged and followed by a reconnect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -36,6 +43,7 @@ from bot.protocol.envelope import MAX_ENVELOPE_BYTES
 from bot.protocol.identity import Identity
 from bot.protocol.relayauth import auth_frame
 from bot.relay.frames import (
+    DELIVER_WINDOW,
     MAX_FRAME_BYTES,
     PERMANENT_SEND_ERRORS,
     Challenge,
@@ -55,6 +63,11 @@ log = logging.getLogger(__name__)
 
 HEALTHY_SESSION_S: Final = 10.0
 CLOSE_TIMEOUT_S: Final = 5.0
+CLOSE_HANDLER_FAILED: Final = 1011
+MAX_HANDLER_ATTEMPTS: Final = 5
+"""Deliveries of one envelope whose handler failed before it is acknowledged and dropped."""
+REMEMBERED_FAILURES: Final = 1000
+"""Envelopes whose failed attempts are remembered (the oldest are forgotten first)."""
 
 
 class Outbox(Protocol):
@@ -70,7 +83,8 @@ class Outbox(Protocol):
 
 
 EnvelopeHandler = Callable[[dict[str, object]], Awaitable[None]]
-"""Durably processes or durably refuses one delivered envelope; raising means "not now"."""
+"""Durably processes or durably refuses one delivered envelope; raising means "not now"
+(the envelope comes back on the next session, at most :data:`MAX_HANDLER_ATTEMPTS` times)."""
 
 
 class MemoryOutbox:
@@ -91,6 +105,20 @@ class MemoryOutbox:
 
     def __len__(self) -> int:
         return len(self._pending)
+
+
+class _Outcome(enum.Enum):
+    HANDLED = "handled"
+    FAILED = "failed"
+    DROPPED = "dropped"
+
+
+@dataclass
+class _SessionState:
+    traffic: bool = False
+    """A delivery was handled or an outgoing envelope confirmed: the session worked."""
+    handling: bool = False
+    """The handler is working on a delivery."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +166,9 @@ class RelayClient:
         self._open_timeout = open_timeout
         self._wakeup = asyncio.Event()
         self._in_flight: set[str] = set()
+        self._failures: dict[str, int] = {}
+        """Failed handler attempts per envelope id, oldest first."""
+        self._retry: asyncio.TimerHandle | None = None
         self._main: asyncio.Task[None] | None = None
         self._connected = False
         self._since: datetime | None = None
@@ -194,7 +225,13 @@ class RelayClient:
     async def _reconnect_forever(self) -> None:
         delay = self._backoff_initial
         while True:
-            healthy = await self._session()
+            try:
+                healthy = await self._session()
+            except Exception:
+                # A bug, not a network problem: log it and keep the client alive.
+                log.exception("relay %s: session failed unexpectedly", self._url)
+                self._last_error = "internal error (see the log)"
+                healthy = False
             if healthy:
                 delay = self._backoff_initial
             wait = delay * random.uniform(0.5, 1.0)
@@ -243,54 +280,122 @@ class RelayClient:
             raise RelayError("the relay did not confirm this session")
 
     async def _serve(self, ws: ClientConnection) -> bool:
+        """Read, handle deliveries and send, each in its own task, until one of them ends;
+        whether the session was healthy (it carried traffic or stayed up long enough).
+
+        Deliveries are handled in order by one task fed through a bounded queue, so the
+        reader keeps reading frames (and with them the pongs keepalive waits for) while
+        a handler is slow.
+        """
         loop = asyncio.get_running_loop()
         ready_at = loop.time()
-        traffic = False
         self._connected = True
         self._since = datetime.now(UTC)
         self._in_flight.clear()
         log.info("relay %s: connected as %s", self._url, self._identity.id)
-        helpers = [asyncio.create_task(self._send_forever(ws))]
+        session = _SessionState()
+        deliveries: asyncio.Queue[Deliver] = asyncio.Queue(DELIVER_WINDOW)
+        reader = asyncio.create_task(self._read(ws, deliveries, session))
+        worker = asyncio.create_task(self._handle_deliveries(ws, deliveries, session))
+        tasks = [reader, worker, asyncio.create_task(self._send_forever(ws))]
+        extra = []
         if self._on_ready is not None:
-            helpers.append(asyncio.create_task(self._call_on_ready(self._on_ready)))
+            extra.append(asyncio.create_task(self._call_on_ready(self._on_ready)))
+        self._wakeup.set()  # whatever waits in the outbox goes out first
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if reader in done and session.handling:
+                # The connection is gone: let the handler finish what it started (its ack
+                # cannot be sent, so the envelope comes again and the replay set drops it).
+                await asyncio.wait([worker])
+        finally:
+            self._cancel_retry()
+            failures = await _cancel([*tasks, *extra])
+        if failures:
+            raise failures[0]
+        return session.traffic or loop.time() - ready_at >= HEALTHY_SESSION_S
+
+    async def _read(
+        self, ws: ClientConnection, deliveries: asyncio.Queue[Deliver], session: _SessionState
+    ) -> None:
         try:
             async for message in ws:
-                traffic = await self._on_message(ws, message) or traffic
-            self._last_error = f"connection closed (code {ws.close_code})"
+                await self._on_message(message, deliveries, session)
         except ConnectionClosed as exc:
             self._last_error = f"connection closed (code {_close_code(exc)})"
-        finally:
-            await _cancel(helpers)
-        return traffic or loop.time() - ready_at >= HEALTHY_SESSION_S
+        else:
+            self._last_error = f"connection closed (code {ws.close_code})"
 
-    async def _on_message(self, ws: ClientConnection, message: str | bytes) -> bool:
-        """Handle one frame; whether it was traffic (a delivery or a confirmation)."""
+    async def _on_message(
+        self, message: str | bytes, deliveries: asyncio.Queue[Deliver], session: _SessionState
+    ) -> None:
         try:
             frame = parse_frame(message)
         except FrameError as exc:
             log.warning("relay %s: dropped a frame: %s", self._url, exc)
-            return False
+            return
         if isinstance(frame, Deliver):
-            await self._deliver(ws, frame)
-            return True
-        if isinstance(frame, Sent):
+            await deliveries.put(frame)
+        elif isinstance(frame, Sent):
             self._in_flight.discard(frame.id)
             self._mark_sent(frame.id)
-            return True
-        if isinstance(frame, Error):
+            session.traffic = True
+        elif isinstance(frame, Error):
             self._on_error(frame)
         else:
             log.debug("relay %s: ignored a %s frame", self._url, type(frame).__name__)
-        return False
 
-    async def _deliver(self, ws: ClientConnection, frame: Deliver) -> None:
+    async def _handle_deliveries(
+        self, ws: ClientConnection, deliveries: asyncio.Queue[Deliver], session: _SessionState
+    ) -> None:
+        """Hand deliveries to the handler in order, acknowledging each once it returns.
+
+        A failed handler ends the session (1011): everything not acknowledged is delivered
+        again on the next one, after the backoff. An envelope whose handler failed
+        :data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and dropped.
+        """
+        while True:
+            frame = await deliveries.get()
+            session.handling = True
+            try:
+                outcome = await self._handle_one(frame)
+            finally:
+                session.handling = False
+            if outcome is _Outcome.FAILED:
+                await ws.close(CLOSE_HANDLER_FAILED, "handler failed")
+                self._last_error = f"handler failed for envelope {frame.envelope_id}"
+                return
+            await ws.send(ack_frame(frame.envelope_id))
+            if outcome is _Outcome.HANDLED:
+                session.traffic = True
+
+    async def _handle_one(self, frame: Deliver) -> _Outcome:
+        envelope_id = frame.envelope_id
         try:
             await self._handler(frame.envelope)
         except Exception:
-            # Not acknowledged: the relay delivers it again on the next session.
-            log.exception("relay %s: handler failed for envelope %s", self._url, frame.envelope_id)
-            return
-        await ws.send(ack_frame(frame.envelope_id))
+            attempts = self._failures.pop(envelope_id, 0) + 1
+            log.exception(
+                "relay %s: handler failed for envelope %s (attempt %d of %d)",
+                self._url,
+                envelope_id,
+                attempts,
+                MAX_HANDLER_ATTEMPTS,
+            )
+            if attempts >= MAX_HANDLER_ATTEMPTS:
+                log.error(
+                    "relay %s: envelope %s dropped after %d failed attempts",
+                    self._url,
+                    envelope_id,
+                    attempts,
+                )
+                return _Outcome.DROPPED
+            self._failures[envelope_id] = attempts
+            while len(self._failures) > REMEMBERED_FAILURES:
+                del self._failures[next(iter(self._failures))]
+            return _Outcome.FAILED
+        self._failures.pop(envelope_id, None)
+        return _Outcome.HANDLED
 
     def _on_error(self, frame: Error) -> None:
         if frame.id is None:
@@ -306,20 +411,40 @@ class RelayClient:
         log.warning(
             "relay %s: envelope %s not taken (%s), will retry", self._url, frame.id, frame.code
         )
-        asyncio.get_running_loop().call_later(self._backoff_max, self.wake)
+        self._retry_later()
 
     async def _send_forever(self, ws: ClientConnection) -> None:
+        """Send what waits in the outbox each time :meth:`wake` (or the retry timer) says
+        there may be something new; envelopes already in flight are skipped."""
         while True:
-            self._wakeup.clear()
-            try:
-                pending = self._outbox.outbox_pending(self._url)
-            except SkaldError as exc:
-                log.error("relay %s: cannot read the outbox: %s", self._url, exc)
-                asyncio.get_running_loop().call_later(self._backoff_max, self.wake)
-                pending = []
-            for envelope in pending:
-                await self._send_one(ws, envelope)
             await self._wakeup.wait()
+            self._wakeup.clear()
+            for envelope in self._load_outbox():
+                await self._send_one(ws, envelope)
+
+    def _load_outbox(self) -> list[dict[str, object]]:
+        try:
+            return self._outbox.outbox_pending(self._url)
+        except SkaldError as exc:
+            log.error("relay %s: cannot read the outbox: %s", self._url, exc)
+            self._retry_later()
+            return []
+
+    def _retry_later(self) -> None:
+        """Look at the outbox again after ``backoff_max``: one timer for any number of
+        envelopes refused for now."""
+        if self._retry is None:
+            loop = asyncio.get_running_loop()
+            self._retry = loop.call_later(self._backoff_max, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        self.wake()
+
+    def _cancel_retry(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
 
     async def _send_one(self, ws: ClientConnection, envelope: dict[str, object]) -> None:
         envelope_id = envelope.get("id")
@@ -357,13 +482,17 @@ class RelayClient:
         self._connected = False
 
 
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel helper tasks and wait for them, logging any that had failed."""
+async def _cancel(tasks: list[asyncio.Task[None]]) -> list[Exception]:
+    """Cancel a session's tasks and wait for them; the unexpected errors they ended with
+    (a closed connection is expected)."""
     for task in tasks:
         task.cancel()
-    for result in await asyncio.gather(*tasks, return_exceptions=True):
-        if isinstance(result, Exception) and not isinstance(result, ConnectionClosed):
-            log.error("relay session helper failed", exc_info=result)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    return [
+        result
+        for result in results
+        if isinstance(result, Exception) and not isinstance(result, ConnectionClosed)
+    ]
 
 
 def _close_code(exc: ConnectionClosed) -> int | None:

@@ -25,6 +25,11 @@ larger WebSocket messages are refused by the transport itself (close code 1009).
 
 NONCE_BYTES: Final = 32
 
+DELIVER_WINDOW: Final = 256
+"""The relay sends at most this many ``deliver`` frames ahead of the client's acks, so a
+client can read all of them (and keep answering pings) while its handler works through
+them."""
+
 
 class ErrorCode:
     """The ``code`` of an ``error`` frame."""

@@ -6,11 +6,23 @@ recipient in SQLite (WAL, under ``--data``) until the recipient acknowledges it.
 holds a private key and never parses ``ct``.
 
 Defaults: one session per id (a newer one replaces the older, closed with code 4409);
-at most :data:`DEFAULT_QUEUE_CAP` (10 000) envelopes waiting per recipient (the sender
-gets ``queue_full`` beyond that); envelopes older than :data:`DEFAULT_MAX_AGE_S`
-(7 days) are purged; a client must authenticate within :data:`AUTH_TIMEOUT_S` seconds.
-Delivery is at-least-once: unacknowledged envelopes are delivered again, oldest first, on
-the recipient's next session.
+envelopes older than :data:`DEFAULT_MAX_AGE_S` (7 days) are purged; a client must
+authenticate within :data:`AUTH_TIMEOUT_S` seconds. Delivery is at-least-once:
+unacknowledged envelopes are delivered again, oldest first, on the recipient's next
+session.
+
+Anyone can make an identity and authenticate, so what strangers can make the relay hold is
+bounded (a sender gets ``queue_full`` beyond a limit, and retries later):
+
+- per recipient: ``queue_cap`` envelopes (10 000) and ``queue_bytes`` (256 MiB);
+- per (sender, recipient): ``sender_queue_cap`` envelopes (2 500) and ``sender_bytes``
+  (64 MiB), so that one sender cannot fill a recipient's queue and starve the others;
+- for the whole relay: ``total_bytes`` (2 GiB) of queued envelopes;
+- in memory: a session reads at most :data:`MAX_QUEUED_FRAMES` frames ahead; before
+  authentication a frame may hold :data:`PRE_AUTH_FRAME_BYTES` (a larger one is refused
+  with ``too_large`` and the connection closed, 1009); deliveries are loaded from disk
+  :data:`DELIVER_PAGE_BYTES` at a time, and at most ``DELIVER_WINDOW`` (256) of them,
+  and :data:`DELIVER_WINDOW_BYTES`, wait unacknowledged per session.
 
 ``sent`` is answered only once the envelope is committed (``synchronous=FULL``); envelopes
 arriving together share one transaction, and so do acknowledgements, so a burst costs one
@@ -41,6 +53,7 @@ from bot.errors import EnvelopeRefused, ProtocolError, RefusalReason, RelayError
 from bot.protocol.envelope import parse_envelope
 from bot.protocol.relayauth import verify_auth_frame
 from bot.relay.frames import (
+    DELIVER_WINDOW,
     MAX_FRAME_BYTES,
     NONCE_BYTES,
     Ack,
@@ -56,16 +69,39 @@ from bot.relay.frames import (
     ready_frame,
     sent_frame,
 )
-from bot.relay.queue import Incoming, PutResult, RelayQueue
+from bot.relay.queue import (
+    DEFAULT_RECIPIENT_BYTES,
+    DEFAULT_RECIPIENT_COUNT,
+    DEFAULT_SENDER_BYTES,
+    DEFAULT_SENDER_COUNT,
+    DEFAULT_TOTAL_BYTES,
+    Incoming,
+    PutResult,
+    QueueLimits,
+    RelayQueue,
+)
 
 log = logging.getLogger(__name__)
 
 PATH: Final = "/v1/connect"
-DEFAULT_QUEUE_CAP: Final = 10_000
+DEFAULT_QUEUE_CAP: Final = DEFAULT_RECIPIENT_COUNT
+DEFAULT_QUEUE_BYTES: Final = DEFAULT_RECIPIENT_BYTES
+DEFAULT_SENDER_QUEUE_CAP: Final = DEFAULT_SENDER_COUNT
 DEFAULT_MAX_AGE_S: Final = 7 * 24 * 3600
 AUTH_TIMEOUT_S: Final = 10.0
 PURGE_INTERVAL_S: Final = 600.0
-DELIVER_BATCH: Final = 100
+DELIVER_PAGE: Final = 256
+"""Envelopes looked up at once when delivering (ids and sizes only)."""
+DELIVER_PAGE_BYTES: Final = 4 * 1024 * 1024
+"""Bodies loaded from disk at once when delivering (at least one envelope)."""
+DELIVER_WINDOW_BYTES: Final = 8 * 1024 * 1024
+"""Bytes of deliveries a session may have unacknowledged (besides ``DELIVER_WINDOW``)."""
+MAX_QUEUED_FRAMES: Final = 4
+"""Frames websockets reads ahead of the session (its ``max_queue``)."""
+PRE_AUTH_FRAME_BYTES: Final = 4096
+"""The largest frame answered before authentication (an ``auth`` frame is ~200 bytes)."""
+PRE_AUTH_MESSAGE_BYTES: Final = 64 * 1024
+"""Before authentication, websockets itself closes (1009) on a larger message."""
 ANSWER_BACKLOG: Final = 1000
 """Unanswered frames per session before the relay stops reading from it (backpressure)."""
 
@@ -73,6 +109,7 @@ CLOSE_AUTH_FAILED: Final = 4401
 CLOSE_AUTH_TIMEOUT: Final = 4408
 CLOSE_REPLACED: Final = 4409
 CLOSE_INTERNAL: Final = 1011
+CLOSE_TOO_BIG: Final = 1009
 
 STORE_FAILED: Final = "unavailable"
 """Error code for a transient failure of the relay's own queue: the sender retries."""
@@ -91,6 +128,30 @@ class _Session:
         default_factory=lambda: asyncio.Queue(ANSWER_BACKLOG)
     )
     """Answers to the session's frames, in the order the frames came."""
+    unacked: list[tuple[str, int]] = field(default_factory=list)
+    """Ids and sizes delivered in this session and not acknowledged yet, oldest first."""
+    unacked_bytes: int = 0
+    window_open: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while another delivery may be sent; once the window is full, it opens again
+    when half of it is acknowledged (fewer wake-ups than one per ack)."""
+
+    def delivered(self, envelope_id: str, size: int) -> None:
+        self.unacked.append((envelope_id, size))
+        self.unacked_bytes += size
+        if len(self.unacked) >= DELIVER_WINDOW or self.unacked_bytes >= DELIVER_WINDOW_BYTES:
+            self.window_open.clear()
+
+    def acknowledged(self, envelope_id: str) -> None:
+        for index, (delivered_id, size) in enumerate(self.unacked):
+            if delivered_id == envelope_id:
+                del self.unacked[index]
+                self.unacked_bytes -= size
+                break
+        if (
+            len(self.unacked) <= DELIVER_WINDOW // 2
+            and self.unacked_bytes <= DELIVER_WINDOW_BYTES // 2
+        ):
+            self.window_open.set()
 
 
 @dataclass(eq=False)
@@ -111,6 +172,10 @@ class RelayServer:
         host: str = "127.0.0.1",
         port: int = 0,
         queue_cap: int = DEFAULT_QUEUE_CAP,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        sender_queue_cap: int = DEFAULT_SENDER_QUEUE_CAP,
+        sender_bytes: int = DEFAULT_SENDER_BYTES,
+        total_bytes: int = DEFAULT_TOTAL_BYTES,
         max_age_s: float = DEFAULT_MAX_AGE_S,
         auth_timeout: float = AUTH_TIMEOUT_S,
         ping_interval: float | None = 20.0,
@@ -119,7 +184,13 @@ class RelayServer:
         self._data_dir = data_dir
         self._host = host
         self._port = port
-        self._queue_cap = queue_cap
+        self._limits = QueueLimits(
+            recipient_count=queue_cap,
+            recipient_bytes=queue_bytes,
+            sender_count=min(sender_queue_cap, queue_cap),
+            sender_bytes=min(sender_bytes, queue_bytes),
+            total_bytes=total_bytes,
+        )
         self._max_age_ms = int(max_age_s * 1000)
         self._auth_timeout = auth_timeout
         self._ping_interval = ping_interval
@@ -144,7 +215,7 @@ class RelayServer:
 
     async def start(self) -> None:
         """Open the queue, purge expired envelopes and start listening."""
-        self._queue = RelayQueue.open(self._data_dir, cap=self._queue_cap)
+        self._queue = RelayQueue.open(self._data_dir, limits=self._limits)
         self._purge()
         try:
             self._server = await serve(
@@ -152,7 +223,8 @@ class RelayServer:
                 self._host,
                 self._port,
                 process_request=_only_relay_path,
-                max_size=MAX_FRAME_BYTES,
+                max_size=PRE_AUTH_MESSAGE_BYTES,  # raised once the session is authenticated
+                max_queue=MAX_QUEUED_FRAMES,
                 compression=None,  # ciphertext: deflate costs CPU and saves little
                 ping_interval=self._ping_interval,
                 ping_timeout=self._ping_timeout,
@@ -215,6 +287,7 @@ class RelayServer:
             return
         if session_id is None:
             return
+        ws.protocol.max_message_size = MAX_FRAME_BYTES
         session = _Session(ws, session_id)
         previous = self._sessions.get(session_id)
         self._sessions[session_id] = session
@@ -254,6 +327,11 @@ class RelayServer:
         async with asyncio.timeout(self._auth_timeout):
             while True:
                 message = await ws.recv()
+                if _size(message) > PRE_AUTH_FRAME_BYTES:
+                    detail = f"frames before auth are limited to {PRE_AUTH_FRAME_BYTES} bytes"
+                    await _refuse(ws, ErrorCode.TOO_LARGE, detail)
+                    await ws.close(CLOSE_TOO_BIG, "authenticate first")
+                    return None
                 try:
                     frame = parse_frame(message)
                 except FrameError as exc:
@@ -281,6 +359,7 @@ class RelayServer:
         if isinstance(frame, Send):
             await session.answers.put(self._accept(session, frame))
         elif isinstance(frame, Ack):
+            session.acknowledged(frame.id)
             self._acknowledge(session, frame.id)
         else:
             detail = f"unexpected {type(frame).__name__.lower()} frame"
@@ -300,7 +379,8 @@ class RelayServer:
         if envelope.sender != session.id:
             detail = "from is not this session's id"
             return _refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
-        item = Incoming(envelope.recipient, envelope.id, encode_envelope(frame.envelope))
+        body = encode_envelope(frame.envelope)
+        item = Incoming(envelope.recipient, envelope.sender, envelope.id, body)
         future: asyncio.Future[PutResult | None] = asyncio.get_running_loop().create_future()
         if not self._incoming:
             asyncio.get_running_loop().call_soon(self._commit_incoming)
@@ -352,18 +432,25 @@ class RelayServer:
             )
 
     async def _deliver(self, session: _Session) -> None:
-        """Stream the session's queue, oldest first, then whatever arrives for it."""
+        """Stream the session's queue, oldest first, then whatever arrives for it; at most
+        ``DELIVER_WINDOW`` deliveries wait for their acks at any time."""
         assert self._queue is not None
         last_seq = 0
+        session.window_open.set()
         try:
             while True:
                 await session.wakeup.wait()
                 session.wakeup.clear()
-                while batch := self._queue.pending(
-                    session.id, after_seq=last_seq, limit=DELIVER_BATCH
+                while page := self._queue.pending(
+                    session.id,
+                    after_seq=last_seq,
+                    limit=min(DELIVER_PAGE, DELIVER_WINDOW),
+                    max_bytes=DELIVER_PAGE_BYTES,
                 ):
-                    for item in batch:
+                    for item in page:
+                        await session.window_open.wait()
                         await session.ws.send(deliver_frame(item.body))
+                        session.delivered(item.envelope_id, item.size)
                         last_seq = item.seq
         except ConnectionClosed:
             return
@@ -393,9 +480,20 @@ async def _refuse(
 def _send_answer(who: str, envelope_id: str, result: PutResult | None) -> str:
     if result is None:
         return _refusal(who, STORE_FAILED, "the relay queue failed, try again", envelope_id)
-    if result is PutResult.FULL:
-        return _refusal(who, ErrorCode.QUEUE_FULL, "the recipient's queue is full", envelope_id)
-    return sent_frame(envelope_id)  # queued now, or already waiting: stored once
+    if result in (PutResult.QUEUED, PutResult.DUPLICATE):
+        return sent_frame(envelope_id)  # queued now, or already waiting: stored once
+    return _refusal(who, ErrorCode.QUEUE_FULL, _FULL_DETAILS[result], envelope_id)
+
+
+_FULL_DETAILS: Final = {
+    PutResult.FULL: "the recipient's queue is full",
+    PutResult.SENDER_FULL: "your share of the recipient's queue is full",
+    PutResult.RELAY_FULL: "the relay is full",
+}
+
+
+def _size(message: str | bytes) -> int:
+    return len(message.encode("utf-8", "surrogatepass") if isinstance(message, str) else message)
 
 
 def _peer(ws: ServerConnection) -> str:
@@ -415,11 +513,19 @@ def relay_command(args: argparse.Namespace) -> int:
         Path(args.data),
         host=args.host,
         port=args.port,
-        queue_cap=getattr(args, "queue_cap", DEFAULT_QUEUE_CAP),
-        max_age_s=getattr(args, "max_age", DEFAULT_MAX_AGE_S),
+        queue_cap=_given(args.queue_cap, DEFAULT_QUEUE_CAP),
+        queue_bytes=_given(args.queue_bytes, DEFAULT_QUEUE_BYTES),
+        sender_queue_cap=_given(args.sender_queue_cap, DEFAULT_SENDER_QUEUE_CAP),
+        sender_bytes=_given(args.sender_bytes, DEFAULT_SENDER_BYTES),
+        total_bytes=_given(args.total_bytes, DEFAULT_TOTAL_BYTES),
+        max_age_s=_given(args.max_age, DEFAULT_MAX_AGE_S),
     )
     asyncio.run(_serve_until_signalled(relay))
     return 0
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 async def _serve_until_signalled(relay: RelayServer) -> None:

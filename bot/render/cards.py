@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ import jinja2
 
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Clarification
-from bot.render.environment import build_environment
+from bot.render.environment import as_utc, build_environment
 from bot.render.fit import (
     LIMIT_BYTES,
     LIMIT_UNITS,
@@ -30,14 +30,13 @@ from bot.render.fit import (
     fit_views,
     measure,
 )
+from bot.render.masking import NO_SECRETS, Masker, clean
 from bot.render.values import (
-    MASK,
     BlockView,
-    Masker,
     SecretsMode,
     arguments_view,
     block_view,
-    clean,
+    for_attachment,
     options_view,
     question_view,
     secret_values,
@@ -48,9 +47,7 @@ log = logging.getLogger(__name__)
 ALERT_CHARS = 200
 """The longest text Telegram shows in a callback-query alert."""
 
-CardState = Literal[
-    "pending", "approved", "denied", "answered", "expired", "cancelled", "unbound"
-]
+CardState = Literal["pending", "approved", "denied", "answered", "expired", "cancelled", "unbound"]
 
 # Room for the parts of a card that are never cut (units, entities): longer ones are
 # shortened with "…" so the blocks always keep some room.
@@ -141,7 +138,7 @@ class Renderer:
             mask = Masker(secret_values(item.blocks))
             text = item.summary
         else:
-            mask, text = Masker(()), item.question
+            mask, text = NO_SECRETS, item.question
         return " ".join(mask(clean(text)).split())
 
     def approval_card(
@@ -174,7 +171,7 @@ class Renderer:
         status: CardStatus | None = None,
     ) -> RenderedCard:
         """The card for one question, with its options (if any) and an invitation to reply."""
-        mask = Masker(())
+        mask = NO_SECRETS
         views = [question_view(clarification.question, mask=mask)]
         if clarification.options:
             views.append(options_view(clarification.options, mask=mask))
@@ -255,7 +252,7 @@ class Renderer:
     def _attach(
         self, stem: str, title: str | None, views: Sequence[BlockView], *, verbatim: bool
     ) -> Attachment:
-        views = [_without_secret(view) for view in views]
+        views = [for_attachment(view) for view in views]
         if verbatim and len(views) == 1:
             view = views[0]
             return Attachment(stem + _extension(view), view.text.encode("utf-8"))
@@ -334,7 +331,7 @@ def _shown_status(status: CardStatus, mask: Masker) -> CardStatus:
 def _expiry(expires_at: datetime | None, now: datetime) -> Expiry | None:
     if expires_at is None:
         return None
-    at, now = _utc(expires_at), _utc(now)
+    at, now = as_utc(expires_at), as_utc(now)
     seconds = (at - now).total_seconds()
     return Expiry(
         at=at,
@@ -342,16 +339,6 @@ def _expiry(expires_at: datetime | None, now: datetime) -> Expiry | None:
         expired=seconds <= 0,
         other_day=at.date() != now.date(),
     )
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _without_secret(view: BlockView) -> BlockView:
-    if view.kind in ("secret", "masked"):
-        return replace(view, text=MASK)
-    return view
 
 
 def _extension(view: BlockView) -> str:

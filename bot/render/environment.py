@@ -19,16 +19,10 @@ from markupsafe import Markup
 
 import bot
 from bot.errors import RenderError
-from bot.render.markdown import markdown_to_html
+from bot.render.markdown import escape, markdown_to_html
+from bot.render.masking import NO_SECRETS, Masker
 
 log = logging.getLogger(__name__)
-
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})
-
-
-def escape(text: str) -> str:
-    """Escape text for Telegram HTML: ``&``, ``<``, ``>`` and ``"``, nothing else."""
-    return text.translate(_ESCAPES)
 
 
 def builtin_template_dir() -> Path:
@@ -92,7 +86,8 @@ def _finalize(context: EvalContext, value: object) -> object:
     return Markup(escape(str(value)))
 
 
-def _as_utc(moment: datetime) -> datetime:
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; a naive time is taken to be UTC already."""
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
@@ -100,13 +95,13 @@ def _as_utc(moment: datetime) -> datetime:
 
 def hhmm(moment: datetime) -> str:
     """``10:03``: the time of day in UTC (the zone the bot speaks in)."""
-    return _as_utc(moment).strftime("%H:%M")
+    return as_utc(moment).strftime("%H:%M")
 
 
 def day(moment: datetime | date) -> str:
     """``Sat 29 Nov``: the day in UTC."""
     if isinstance(moment, datetime):
-        moment = _as_utc(moment)
+        moment = as_utc(moment)
     return moment.strftime("%a ") + str(moment.day) + moment.strftime(" %b")
 
 
@@ -126,5 +121,7 @@ def thousands(number: int) -> str:
     return format(number, ",")
 
 
-def _markdown_filter(text: str, quotes: bool = True) -> Markup:
-    return Markup(markdown_to_html(text, quotes=quotes))
+def _markdown_filter(text: str, quotes: bool = True, mask: Masker = NO_SECRETS) -> Markup:
+    """``{{ v.text|markdown(mask=v.mask) }}``: pass the view's masker, so a secret spelled
+    with Markdown escapes is hidden too."""
+    return Markup(markdown_to_html(text, quotes=quotes, mask=mask))

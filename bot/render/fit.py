@@ -134,11 +134,11 @@ def fit_views(
         if whole.fits():
             return Fitted(card_html, whole, ())
     base = measure(render_card((), len(views), True))
-    overheads = [_measure_skeleton(view, render_block) for view in views]
-    kept = _views_with_room(base, overheads)
+    overheads = _skeletons_with_room(base, views, render_block)
+    kept = len(overheads)
     omitted = tuple(range(kept, len(views)))
-    room_units = LIMIT_UNITS - base.units - sum(units for units, _ in overheads[:kept])
-    room_entities = LIMIT_ENTITIES - base.entities - sum(e for _, e in overheads[:kept])
+    room_units = LIMIT_UNITS - base.units - sum(units for units, _ in overheads)
+    room_entities = LIMIT_ENTITIES - base.entities - sum(e for _, e in overheads)
     unit_demands = [_unit_demand(view) for view in views[:kept]]
     entity_demands = [_entity_demand(view) for view in views[:kept]]
     for _ in range(MAX_ROUNDS):
@@ -282,12 +282,21 @@ def _measure_skeleton(view: BlockView, render_block: RenderBlock) -> tuple[int, 
     return rendered.units + 2, rendered.entities
 
 
-def _views_with_room(base: Measure, overheads: Sequence[tuple[int, int]]) -> int:
-    """How many leading views fit with nothing but their skeleton."""
+def _skeletons_with_room(
+    base: Measure, views: Sequence[BlockView], render_block: RenderBlock
+) -> list[tuple[int, int]]:
+    """The skeleton cost of each leading view that fits with nothing but its skeleton.
+
+    Measuring stops at the first view that does not fit: only a few dozen blocks can
+    ever be shown, however many there are.
+    """
     units, entities = base.units, base.entities
-    for index, (view_units, view_entities) in enumerate(overheads):
+    overheads: list[tuple[int, int]] = []
+    for view in views:
+        view_units, view_entities = _measure_skeleton(view, render_block)
         units += view_units
         entities += view_entities
         if units > LIMIT_UNITS or entities > LIMIT_ENTITIES:
-            return index
-    return len(overheads)
+            break
+        overheads.append((view_units, view_entities))
+    return overheads

@@ -10,21 +10,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Literal
 
 from bot.protocol.payloads import JSON, Block
-from bot.render.markdown import http_link
+from bot.render.markdown import http_link, markdown_reveals, markdown_to_text
+from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
 SecretsMode = Literal["spoiler", "masked"]
-
-MASK = "••••••"
-"""What a secret is replaced with wherever it must not be shown."""
-
-MIN_SECRET_CHARS = 4
-"""Shorter secrets are only hidden in their own block: masking ``"a"`` everywhere would
-mangle the card and reveal more than it hides."""
 
 LONG_TEXT_LINES = 4
 LONG_TEXT_CHARS = 300
@@ -37,10 +31,6 @@ _KINDS = frozenset(
         "json", "number", "boolean", "datetime", "secret",
     }
 )  # fmt: skip
-_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
-_DROPPED_CHARS = re.compile("[\u2028-\u202e\u0333\u033f\u030a]")
-"""Characters Telegram silently removes from a message: removing them first keeps what
-is measured equal to what is shown."""
 _SHEBANG_PROGRAM = re.compile(r"([A-Za-z][A-Za-z0-9_+-]{0,31}?)[0-9.]*")
 _TRUE_WORDS = frozenset(("true", "yes", "on", "1"))
 _FALSE_WORDS = frozenset(("false", "no", "off", "0"))
@@ -55,6 +45,7 @@ class BlockView:
     macro: a wire ``value_type``, ``masked`` for a hidden secret or ``options``.
     ``text`` is what is shown (already masked) and what gets cut to fit; ``more_lines`` /
     ``more_chars`` say how much was cut; ``lost_chars`` how much was cut before arrival.
+    ``mask`` hides the approval's secrets in what Markdown decodes from ``text``.
     """
 
     layout: str
@@ -71,6 +62,7 @@ class BlockView:
     more_lines: int = 0
     more_chars: int = 0
     lost_chars: int = 0
+    mask: Masker = field(default=NO_SECRETS, compare=False, repr=False)
 
     @property
     def cut(self) -> bool:
@@ -85,44 +77,6 @@ class BlockView:
             or self.expandable
             or (self.kind in ("command", "markdown") and "\n" in self.text)
         )
-
-
-def clean(text: str) -> str:
-    """Replace what Telegram cannot carry (lone surrogates, control characters) with
-    U+FFFD and drop what it would remove; CR and CRLF become LF, a tab four spaces.
-
-    Every change maps characters independently of their neighbours (CRLF aside), so a
-    secret's cleaned form is found in any cleaned text that held the secret.
-    """
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "\t" in text:
-        text = text.replace("\t", "    ")
-    if _BAD_CHARS.search(text):
-        text = _BAD_CHARS.sub("\ufffd", text)
-    if _DROPPED_CHARS.search(text):
-        text = _DROPPED_CHARS.sub("", text)
-    return text
-
-
-class Masker:
-    """Replaces every secret in a cleaned text with :data:`MASK`: as it reads, and as it
-    reads inside JSON text (where tabs, newlines and quotes are escaped)."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for secret in secrets:
-            for form in (clean(secret), clean(json.dumps(secret, ensure_ascii=False)[1:-1])):
-                if len(form) >= MIN_SECRET_CHARS:
-                    forms.add(form)
-        # Longest first, so a secret holding a shorter one leaves nothing behind.
-        self._forms = sorted(forms, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for form in self._forms:
-            if form in text:
-                text = text.replace(form, MASK)
-        return text
 
 
 def secret_values(blocks: Iterable[Block]) -> list[str]:
@@ -183,7 +137,9 @@ def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView
         return _view(layout, "diff", label, text, block, language="diff")
     if value_type == "code":
         return _view(layout, "code", label, text, block, language=_shebang_language(text))
-    if value_type in ("text", "markdown", "string"):
+    if value_type == "markdown":
+        return _view(layout, "markdown", label, text, block, expandable=is_long(text), mask=mask)
+    if value_type in ("text", "string"):
         return _view(layout, value_type, label, text, block, expandable=is_long(text))
     return _view(layout, value_type, label, text, block)
 
@@ -204,6 +160,16 @@ def options_view(options: Iterable[str], *, mask: Masker) -> BlockView:
     return BlockView("options", "options", "", "\n".join(lines))
 
 
+def for_attachment(view: BlockView) -> BlockView:
+    """``view`` as the attached file shows it: a secret masked, and Markdown whose escapes
+    or character references spell out a secret as the text it reads as, masked."""
+    if view.kind in ("secret", "masked"):
+        return replace(view, text=MASK)
+    if view.kind == "markdown" and view.mask and markdown_reveals(view.text, view.mask):
+        return replace(view, kind="text", text=markdown_to_text(view.text, view.mask))
+    return view
+
+
 def is_long(text: str) -> bool:
     return len(text) > LONG_TEXT_CHARS or text.count("\n") >= LONG_TEXT_LINES
 
@@ -221,6 +187,7 @@ def _view(
     date_only: bool = False,
     flag: bool | None = None,
     expandable: bool = False,
+    mask: Masker = NO_SECRETS,
 ) -> BlockView:
     return BlockView(
         layout,
@@ -234,6 +201,7 @@ def _view(
         flag=flag,
         expandable=expandable,
         lost_chars=block.truncated_chars,
+        mask=mask,
     )
 
 

@@ -11,13 +11,13 @@ from bot.bridge import Bridge
 from bot.clock import maybe_from_ms
 from bot.config import Config
 from bot.errors import SkaldError, TelegramError
+from bot.protocol.replay import RETENTION_MS
 from bot.render import Renderer
 from bot.store import CardRow, Store
 from bot.tg.gateway import Gateway
 
 log = logging.getLogger(__name__)
 
-REPLAY_RETENTION_MS = 30 * 24 * 3600 * 1000
 MAX_SLEEP_S = 30.0
 RETRY_S = 5.0
 
@@ -55,7 +55,7 @@ class Timers:
                 self._bridge.expire_due()
                 await self._send_reminders()
                 if now - last_prune > 3600 * 1000:
-                    self._store.replay_forget_before(now - REPLAY_RETENTION_MS)
+                    self._store.replay_forget_before(now - RETENTION_MS)
                     last_prune = now
             except SkaldError as exc:
                 log.warning("timers: %s; trying again in %.0f s", exc, RETRY_S)
