@@ -110,7 +110,6 @@ CREATE TABLE IF NOT EXISTS prompts (
     message_id INTEGER NOT NULL,
     card_id INTEGER NOT NULL,
     user_id INTEGER NOT NULL,
-    purpose TEXT NOT NULL,
     PRIMARY KEY (chat_id, message_id)
 );
 CREATE TABLE IF NOT EXISTS decisions (
@@ -239,7 +238,7 @@ class CardRow:
     dirty: int
     """0 when the message shows the current state; otherwise a change counter."""
     attachment_sent: bool
-    reminder: str  # none | due | sent
+    reminder: str  # none | sent
     posted_at: int | None
 
 
@@ -685,13 +684,6 @@ class Store:
         )
         return _card(row) if row else None
 
-    def cards_for_item(self, agent_id: str, item_id: str) -> list[CardRow]:
-        rows = self._all(
-            "SELECT * FROM cards WHERE agent_id = ? AND item_id = ? ORDER BY card_id",
-            (agent_id, item_id),
-        )
-        return [_card(r) for r in rows]
-
     def dirty_cards(self, chat_id: int, limit: int = 100) -> list[CardRow]:
         """Cards of a chat that do not show their current state yet, oldest first."""
         rows = self._all(
@@ -782,21 +774,21 @@ class Store:
         self.card_dirty(card_id)
 
     def add_prompt(
-        self, chat_id: int, message_id: int, card_id: int, user_id: int, purpose: str
+        self, chat_id: int, message_id: int, card_id: int, user_id: int
     ) -> None:
         self._run(
-            "INSERT OR REPLACE INTO prompts (chat_id, message_id, card_id, user_id, purpose)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (chat_id, message_id, card_id, user_id, purpose),
+            "INSERT OR REPLACE INTO prompts (chat_id, message_id, card_id, user_id)"
+            " VALUES (?, ?, ?, ?)",
+            (chat_id, message_id, card_id, user_id),
         )
 
-    def prompt(self, chat_id: int, message_id: int) -> tuple[int, int, str] | None:
-        """(card_id, user_id, purpose) of a ForceReply prompt the bot sent."""
+    def prompt(self, chat_id: int, message_id: int) -> tuple[int, int] | None:
+        """(card_id, user_id) of a deny-reason prompt (a ForceReply) the bot sent."""
         row = self._one(
-            "SELECT card_id, user_id, purpose FROM prompts WHERE chat_id = ? AND message_id = ?",
+            "SELECT card_id, user_id FROM prompts WHERE chat_id = ? AND message_id = ?",
             (chat_id, message_id),
         )
-        return (int(row["card_id"]), int(row["user_id"]), str(row["purpose"])) if row else None
+        return (int(row["card_id"]), int(row["user_id"])) if row else None
 
     # -- decisions --------------------------------------------------------------------------
 

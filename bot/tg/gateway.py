@@ -44,6 +44,13 @@ def markup(keyboard: Keyboard) -> InlineKeyboardMarkup:
     )
 
 
+def _reply_to(message_id: int | None) -> ReplyParameters | None:
+    """Reply to a message, and still send if it was deleted meanwhile."""
+    if message_id is None:
+        return None
+    return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
+
+
 class Gateway:
     """Posts and edits messages; every Bot API failure leaves as one of our errors."""
 
@@ -68,11 +75,6 @@ class Gateway:
             reply_markup = ForceReply(selective=True, input_field_placeholder=placeholder)
         elif keyboard:
             reply_markup = markup(keyboard)
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to
-            else None
-        )
 
         async def attempt(text: str, parse_mode: str | None) -> Message:
             return await self.bot.send_message(
@@ -81,7 +83,7 @@ class Gateway:
                 parse_mode=parse_mode,
                 reply_markup=reply_markup,
                 message_thread_id=topic_id,
-                reply_parameters=reply,
+                reply_parameters=_reply_to(reply_to),
             )
 
         message = await self._with_fallback(chat_id, html, plain, attempt)
@@ -126,11 +128,6 @@ class Gateway:
         topic_id: int | None = None,
         reply_to: int | None = None,
     ) -> int:
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to
-            else None
-        )
         message = await self._call(
             chat_id,
             lambda: self.bot.send_document(
@@ -139,7 +136,7 @@ class Gateway:
                 caption=caption,
                 parse_mode=ParseMode.HTML,
                 message_thread_id=topic_id,
-                reply_parameters=reply,
+                reply_parameters=_reply_to(reply_to),
             ),
         )
         return message.message_id

@@ -219,7 +219,7 @@ class Handlers:
         except TelegramError as exc:
             log.warning("could not ask for a deny reason in chat %s: %s", chat.id, exc)
             return
-        self._store.add_prompt(chat.id, prompt_id, card.card_id, user.id, "deny_reason")
+        self._store.add_prompt(chat.id, prompt_id, card.card_id, user.id)
 
     async def reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.message
@@ -229,7 +229,7 @@ class Handlers:
         target = message.reply_to_message.message_id
         prompt = self._store.prompt(message.chat_id, target)
         if prompt is not None:
-            card_id, user_id, _purpose = prompt
+            card_id, user_id = prompt
             if user_id != message.from_user.id:
                 return
             card = self._store.card(card_id)
