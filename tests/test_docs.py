@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot import __version__
-from bot.cli import _build_parser, main
+from bot.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -43,13 +43,13 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_one() -> None:
 
 @pytest.mark.parametrize("argv", _readme_commands(), ids=" ".join)
 def test_every_readme_command_parses(argv: list[str]) -> None:
-    parser = _build_parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     assert args.command is not None
 
 
 def test_every_subcommand_is_documented() -> None:
-    parser = _build_parser()
+    parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
     for name in subparsers.choices:  # type: ignore[union-attr]
         assert f"skald-telegram {name}" in README, name
@@ -95,7 +95,7 @@ def test_dockerfile_runs_as_non_root_from_a_pinned_base_with_a_real_entry_point(
     users = re.findall(r"^USER\s+(\S+)", dockerfile, flags=re.MULTILINE)
     assert users and users[-1] not in ("root", "0")
     assert re.search(r"^VOLUME\s+\[\"/state\"\]", dockerfile, flags=re.MULTILINE)
-    parser = _build_parser()
+    parser = build_parser()
     for instruction in ("CMD", "HEALTHCHECK"):
         match = re.search(rf"^{instruction}\b.*?(\[.*?\])\s*$", dockerfile,
                           flags=re.MULTILINE | re.DOTALL)

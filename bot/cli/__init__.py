@@ -1,0 +1,81 @@
+"""The ``skald-telegram`` command line: one module per subcommand.
+
+Each module in :data:`SUBCOMMANDS` has ``register(sub)``, which adds its parser and sets
+``handler`` to a function ``(args) -> exit code``. Modules import their heavy dependencies
+inside the handler, so ``--version`` and ``identity`` stay fast and a missing optional
+piece never breaks the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from bot import __version__
+from bot.errors import SkaldError
+
+log = logging.getLogger(__name__)
+
+SUBCOMMANDS: Final = (
+    "identity",
+    "run",
+    "pair",
+    "health",
+    "audit",
+    "relay",
+    "demo",
+    "demo_agent",
+    "doctor",
+    "render",
+)
+"""The modules of :mod:`bot.cli`, one per subcommand, in ``--help`` order."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="skald-telegram",
+        description="Approve Skald agents' tool calls and answer their questions from Telegram.",
+    )
+    parser.add_argument("--version", action="version", version=f"skald-telegram {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"bot.cli.{name}").register(sub)
+    return parser
+
+
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        help="configuration file (default: $SKALD_TELEGRAM_CONFIG or ./skald-telegram.toml)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # httpx logs every request URL, and Bot API URLs contain the bot token.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    try:
+        return int(args.handler(args))
+    except SkaldError as exc:
+        print(f"skald-telegram: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``skald-telegram render … | head``): not an error.
+        sys.stderr.close()
+        return 0
