@@ -1,6 +1,6 @@
 """The whole bot against local stand-ins: card and decision latency, a paced burst, memory.
 
-Everything is real and on loopback: the relay server, an :class:`~bot.agent.Agent`, the bot
+Everything is real and on loopback: the relay server, an :class:`~bot.testing.agent.Agent`, the bot
 (`bot.app.Bot`, PTB long polling) and the Telegram Bot API stand-in of the tests, reached
 over HTTP through ``api_url``.
 
@@ -54,12 +54,12 @@ from world import (
     running_bot,
 )
 
-from bot.agent import Agent
 from bot.config import load_config
 from bot.protocol.identity import Identity
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
 from bot.store import Store
+from bot.testing.agent import Agent
 
 ITEM_SPACING_S = 0.075
 """Least time between two latency items: two rate-limited calls each stay under 30/s."""

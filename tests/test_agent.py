@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.agent import Agent
 from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import open_envelope, seal
@@ -32,6 +31,7 @@ from bot.protocol.payloads import (
 from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
+from bot.testing.agent import Agent
 
 TIMEOUT = 10.0
 ADA = Person(name="Ada Lovelace", telegram_user_id=4242, username="ada")

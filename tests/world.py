@@ -13,11 +13,11 @@ from typing import Any
 
 from telegram_stub import StoredMessage, TelegramStub
 
-from bot.agent import Agent
 from bot.app import Bot, Running
 from bot.config import Config, parse_config
 from bot.protocol.identity import Identity
 from bot.relay.server import RelayServer
+from bot.testing.agent import Agent
 
 TOKEN = "123456:TEST-token"
 ADA, BOB, CAROL, DAVE = 4242, 4343, 4444, 4545
