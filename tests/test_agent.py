@@ -7,9 +7,9 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
+from conftest import eventually
 
 from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256
@@ -62,12 +62,6 @@ CLARIFICATION: dict[str, object] = {
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 class Device:
@@ -127,12 +121,6 @@ class Device:
     async def close(self) -> None:
         await self.client.stop()
         await self._task
-
-
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
-    async with RelayServer(tmp_path / "relay") as server:
-        yield server
 
 
 @pytest.fixture
