@@ -28,10 +28,10 @@ from bot.protocol.payloads import (
     UnknownPayload,
     encode_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
 from bot.testing.agent import Agent
+from bot.testing.replay import MemoryReplayGuard
 
 TIMEOUT = 10.0
 ADA = Person(name="Ada Lovelace", telegram_user_id=4242, username="ada")
