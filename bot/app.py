@@ -21,7 +21,7 @@ from bot.config import Config
 from bot.errors import BotApiError
 from bot.health import HEARTBEAT_S, write_status
 from bot.keyfile import load_or_create_identity
-from bot.relays import RelayPool
+from bot.relay_pool import RelayPool
 from bot.render import Renderer
 from bot.signals import until_signalled
 from bot.store import Store

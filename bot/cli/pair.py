@@ -60,7 +60,7 @@ async def _pair(config: Config, uri_text: str, chat_id: int, timeout: float) -> 
     from bot.cli.identity import device_identity
     from bot.clock import SYSTEM_CLOCK
     from bot.protocol.pairing import parse_pairing_uri
-    from bot.relays import RelayPool
+    from bot.relay_pool import RelayPool
     from bot.store import Store
 
     uri = parse_pairing_uri(uri_text)
