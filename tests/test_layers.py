@@ -67,6 +67,8 @@ EXCEPTIONS = {
 
 SHELL_IMPORTERS = {
     "bot.cli": {"bot.__main__", "bot.cli"},
+    # The bridge writes the store; the process wires it, the command line opens it to read.
+    "bot.store": {"bot.store", "bot.bridge", "bot.app", "bot.cli", "bot.doctor"},
     "bot.testing": {"bot.testing", "bot.demo", "bot.playground", "bot.cli"},
     "bot.agenthost": {"bot.agenthost", "bot.integrations", "bot.cli"},
 }
