@@ -301,6 +301,27 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
         assert code == 1
 
 
+async def test_a_chat_bound_from_the_command_line_gets_its_type_from_telegram(
+    tmp_path: Path,
+) -> None:
+    async with make_world(tmp_path) as world:
+        config_file = tmp_path / "skald-telegram.toml"
+        config_file.write_text(
+            f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\n'
+            f'[state]\ndir = "{tmp_path / "state"}"\n'
+        )
+        uri = world.agent.new_pairing_uri()
+        assert await asyncio.to_thread(pair, str(config_file), uri, ADA) == 0
+        async with running_bot(world):
+            world.agent.submit_approval(approval("apr_cli"))
+            card = await world.wait_card(ADA, "apr_cli")
+            assert [int(c.params["chat_id"]) for c in world.tg.calls("getChat")] == [ADA]
+            world.tap(ADA, card, ADA, "Approve")  # a private chat: its own user approves
+            await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+            await world.wait_card(ADA, "apr_cli", lambda m: "Approved" in m.text)
+            assert len(world.tg.calls("getChat")) == 1
+
+
 @pytest.mark.parametrize("mode", ["jsonl", "csv"])
 async def test_restart_posts_no_duplicate_and_keeps_decisions(tmp_path: Path, mode: str) -> None:
     async with make_world(tmp_path) as world:
