@@ -214,6 +214,20 @@ async def test_rate_limit_storm_and_parse_error_lose_no_card(tmp_path: Path) -> 
         assert "<b>" not in plain[0].params["text"]
 
 
+async def test_chat_migration_is_recorded_once_in_the_audit_trail(tmp_path: Path) -> None:
+    old, new = -4002, -1004002
+    async with make_world(tmp_path) as world, running_bot(world):
+        world.tg.add_group(old, "Ops", admins=[ADA], members=[BOB], supergroup=False)
+        await world.pair(old)
+        world.tg.migrate_group(old, new)  # a service message in the old chat and the new
+        world.tg.send_text(new, ADA, "/help")  # handled after both
+        await world.tg.wait_for(lambda tg: len(tg.bot_messages(new)) == 1)
+        audit = world.running.store.audit
+        rows = audit.rows(events=("chat_migrated",))
+        assert [(r.chat_id, r.detail) for r in rows] == [(new, {"old_chat_id": old})]
+        assert [r.chat_id for r in audit.rows(chat_id=new, events=("paired",))] == [old]
+
+
 async def test_chat_migration_moves_cards_and_keeps_the_chat_settings(tmp_path: Path) -> None:
     old, new = -4001, -1004001
     async with make_world(tmp_path) as world:
