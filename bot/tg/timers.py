@@ -94,7 +94,7 @@ class Timers:
         )
         await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
                                  reply_to=card.message_id)
-        self._bridge.reminder_sent(card, [uid for uid in sorted(approvers - tapped)])
+        self._bridge.reminder_sent(card, sorted(approvers - tapped))
         log.info("reminded %d approver(s) of %s in chat %s", len(waiting), card.item_id,
                  card.chat_id)
 
