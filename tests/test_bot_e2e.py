@@ -16,6 +16,7 @@ from world import (
     ADA,
     BOB,
     TOKEN,
+    World,
     approval,
     bot_config,
     button_data,
@@ -283,13 +284,19 @@ async def test_commands_start_pending_status(tmp_path: Path) -> None:
                                                for m in tg.bot_messages(ADA)))
 
 
+def _config_file(world: World) -> Path:
+    """The world's bot configuration as a file, for the command line."""
+    config_file = world.tmp / "skald-telegram.toml"
+    config_file.write_text(
+        f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
+        f'[state]\ndir = "{world.tmp / "state"}"\n'
+    )
+    return config_file
+
+
 async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
-        config_file = tmp_path / "skald-telegram.toml"
-        config_file.write_text(
-            f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
-            f'[state]\ndir = "{tmp_path / "state"}"\n'
-        )
+        config_file = _config_file(world)
         uri = world.agent.new_pairing_uri()
         code = await asyncio.to_thread(
             cli_main, ["pair", "--config", str(config_file), "--chat", str(ADA), uri])
@@ -319,13 +326,8 @@ async def test_a_chat_bound_from_the_command_line_gets_its_type_from_telegram(
     tmp_path: Path,
 ) -> None:
     async with make_world(tmp_path) as world:
-        config_file = tmp_path / "skald-telegram.toml"
-        config_file.write_text(
-            f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\n'
-            f'[state]\ndir = "{tmp_path / "state"}"\n'
-        )
         uri = world.agent.new_pairing_uri()
-        assert await asyncio.to_thread(pair, str(config_file), uri, ADA) == 0
+        assert await asyncio.to_thread(pair, str(_config_file(world)), uri, ADA) == 0
         async with running_bot(world):
             world.agent.submit_approval(approval("apr_cli"))
             card = await world.wait_card(ADA, "apr_cli")
