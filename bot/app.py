@@ -28,6 +28,7 @@ from bot.store import Store
 from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
+from bot.tg.notes import NoteWorker
 from bot.tg.timers import Timers
 from bot.tg.worker import CardWorker
 
@@ -63,11 +64,13 @@ class Redraw:
     worker: CardWorker
     timers: Timers
     changed: asyncio.Event
+    notes: NoteWorker
 
     def __call__(self, changes: Changes) -> None:
         if changes.cards:
             self.worker.wake()
             self.timers.wake()
+            self.notes.wake()
             self.changed.set()
 
 
@@ -153,8 +156,11 @@ class Bot:
                             clock=self._clock)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, clock=self._clock)
+        notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
+                           clock=self._clock)
         changed = asyncio.Event()
-        pool = RelayPool(bridge, after=Redraw(worker, timers, changed), **self._relay_options)
+        redraw = Redraw(worker, timers, changed, notes)
+        pool = RelayPool(bridge, after=redraw, **self._relay_options)
         handlers = Handlers(
             bridge=bridge, renderer=renderer, gateway=gateway, config=config,
             apply=pool.apply, changed=changed, approvers=approvers,
@@ -170,6 +176,7 @@ class Bot:
         running.tasks = [
             asyncio.create_task(worker.run(), name="card worker"),
             asyncio.create_task(timers.run(), name="timers"),
+            asyncio.create_task(notes.run(), name="note worker"),
             asyncio.create_task(_heartbeat(config, running), name="heartbeat"),
         ]
         for task in running.tasks:

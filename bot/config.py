@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
+DEFAULT_GRANT_MINUTES = 30
+MAX_GRANT_MINUTES = 24 * 60
 
 Approvers = frozenset[int] | Literal["admins"]
 
@@ -35,6 +37,9 @@ class ChatConfig:
     required_approvals: int = 1
     secrets: SecretsMode | None = None
     topic: int | None = None
+    grants: bool | None = None
+    """Whether approvals may come with a grant; ``None``: on in private chats only."""
+    grant_minutes: int = DEFAULT_GRANT_MINUTES
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,9 @@ class ChatPolicy:
     required_approvals: int
     secrets: SecretsMode
     topic: int | None
+    grants: bool = False
+    """Whether a card offers "Approve + …" (never with a quorum above one)."""
+    grant_minutes: int = DEFAULT_GRANT_MINUTES
 
 
 @dataclass(frozen=True)
@@ -87,12 +95,16 @@ class Config:
         entries = [self.chats[i] for i in (chat_id, *former_ids) if i in self.chats]
         chat = entries[0] if entries else ChatConfig(id=chat_id)
         default_approvers: Approvers = frozenset({chat_id}) if private else "admins"
+        grants = chat.grants if chat.grants is not None else private
         return ChatPolicy(
             chat_id=chat_id,
             approvers=chat.approvers if chat.approvers is not None else default_approvers,
             required_approvals=chat.required_approvals,
             secrets=chat.secrets or ("spoiler" if private else "masked"),
             topic=chat.topic,
+            # One person must not widen what a quorum guards.
+            grants=grants and chat.required_approvals <= 1,
+            grant_minutes=chat.grant_minutes,
         )
 
 
@@ -184,7 +196,8 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
 def _chat(entry: object, where: str) -> ChatConfig:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table")
-    _only_keys(entry, f"{where}.", {"id", "approvers", "required_approvals", "secrets", "topic"})
+    _only_keys(entry, f"{where}.", {"id", "approvers", "required_approvals", "secrets", "topic",
+                                    "grants", "grant_minutes"})
     chat_id = entry.get("id")
     if isinstance(chat_id, bool) or not isinstance(chat_id, int):
         raise ConfigError(f"{where}.id: must be a Telegram chat id (an integer)")
@@ -210,13 +223,37 @@ def _chat(entry: object, where: str) -> ChatConfig:
     topic = entry.get("topic")
     if topic is not None and (isinstance(topic, bool) or not isinstance(topic, int)):
         raise ConfigError(f"{where}.topic: must be a forum topic's message_thread_id (integer)")
+    grants, grant_minutes = _grants(entry, where, required)
     return ChatConfig(
         id=chat_id,
         approvers=approvers,
         required_approvals=required,
         secrets=secrets,
         topic=topic,
+        grants=grants,
+        grant_minutes=grant_minutes,
     )
+
+
+def _grants(entry: Mapping[str, Any], where: str, required: int) -> tuple[bool | None, int]:
+    """A chat's ``grants`` ("on"/"off", absent: the chat type's default) and
+    ``grant_minutes``."""
+    raw = entry.get("grants")
+    if raw not in (None, "on", "off"):
+        raise ConfigError(f"{where}.grants: must be \"on\" or \"off\", got {raw!r}")
+    if raw == "on" and required > 1:
+        raise ConfigError(
+            f"{where}.grants: \"on\" cannot go with required_approvals = {required} "
+            "(one approver would widen what the quorum guards)"
+        )
+    minutes = entry.get("grant_minutes", DEFAULT_GRANT_MINUTES)
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or \
+            not 1 <= minutes <= MAX_GRANT_MINUTES:
+        raise ConfigError(
+            f"{where}.grant_minutes: must be an integer from 1 to {MAX_GRANT_MINUTES}, "
+            f"got {minutes!r}"
+        )
+    return (None if raw is None else raw == "on"), minutes
 
 
 def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -76,6 +76,16 @@ class Tap:
 
 
 @dataclass(frozen=True)
+class GrantGiven:
+    """A grant given with an approval: what (the offer's label), by whom, for how long."""
+
+    label: str
+    by: str
+    minutes: int
+    until: datetime
+
+
+@dataclass(frozen=True)
 class CardStatus:
     """Where an item stands; decided states add bold status lines under the card body."""
 
@@ -92,6 +102,8 @@ class CardStatus:
     approvals: tuple[Tap, ...] = ()
     """The quorum tally so far."""
     required: int = 1
+    grant: GrantGiven | None = None
+    """The grant given with the approval, if any."""
 
 
 @dataclass(frozen=True)
@@ -318,8 +330,13 @@ def _shown_status(status: CardStatus, mask: Masker) -> CardStatus:
         Tap(shown(tap.name, _TAP_NAME_ROOM) or "?", tap.at)
         for tap in status.approvals[:_MAX_TAPS_SHOWN]
     )
+    grant = status.grant
+    if grant is not None:
+        grant = replace(grant, label=shown(grant.label, _REASON_ROOM) or "?",
+                        by=shown(grant.by) or "?")
     return replace(
         status,
+        grant=grant,
         by=shown(status.by),
         reason=shown(status.reason, _REASON_ROOM),
         answer=shown(status.answer, _REASON_ROOM),

@@ -19,6 +19,7 @@ from bot.store.audit import Audit, AuditView
 from bot.store.cards import Cards, CardsView
 from bot.store.chats import Chats, ChatsView
 from bot.store.db import SCHEMA_VERSION, Database
+from bot.store.grants import Grants, GrantsView
 from bot.store.items import Items, ItemsView
 from bot.store.outbox import Outbox, OutboxView
 
@@ -35,6 +36,7 @@ class StoreView:
     outbox: OutboxView
     audit: AuditView
     chats: ChatsView
+    grants: GrantsView
 
 
 class Store:
@@ -48,6 +50,7 @@ class Store:
         self.outbox = Outbox(db)
         self.audit = Audit(db)
         self.chats = Chats(db)
+        self.grants = Grants(db)
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -69,4 +72,4 @@ class Store:
 
     def view(self) -> StoreView:
         return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
-                         self.chats)
+                         self.chats, self.grants)
