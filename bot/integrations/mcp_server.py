@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 
 from bot.integrations.approval import Connect, ask_person, ask_question, one_line
 from bot.integrations.describe import ToolCall, describe
 
 DEFAULT_TIMEOUT = 600.0
 MAX_TIMEOUT = 86400.0
+_BAD_TIMEOUT = f"timeout must be between 1 and {MAX_TIMEOUT:g} seconds"
 
 
 def build_server(connect: Connect) -> MCPServer:
@@ -36,7 +37,7 @@ def build_server(connect: Connect) -> MCPServer:
         arguments: dict[str, Any] | None = None,
         blocks: list[dict[str, str]] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
-    ) -> str:
+    ) -> CallToolResult:
         """Ask a person on Telegram to approve an action, and wait for their decision.
 
         summary: one line naming the action and its target ("Delete the staging database").
@@ -45,38 +46,37 @@ def build_server(connect: Connect) -> MCPServer:
         without them the arguments are shown. timeout: seconds to wait (default 600).
         Returns "approved by …"; a refusal or no decision in time is an error result.
         """
-        seconds = _timeout(timeout)
+        if not 1 <= timeout <= MAX_TIMEOUT:
+            return _result(_BAD_TIMEOUT, error=True)
         args = arguments or {}
         shown = blocks or describe(ToolCall("An agent", tool, args), lambda _: None).blocks
         verdict = await ask_person(
-            connect, tool=tool, summary=summary, arguments=args, blocks=shown, timeout=seconds
+            connect, tool=tool, summary=summary, arguments=args, blocks=shown, timeout=timeout
         )
-        if verdict.decision != "allow":
-            raise ToolError(verdict.reason)
-        return verdict.reason
+        return _result(verdict.reason, error=verdict.decision != "allow")
 
     @server.tool()
     async def ask_human(
         question: str, options: list[str] | None = None, timeout: float = DEFAULT_TIMEOUT
-    ) -> str:
+    ) -> CallToolResult:
         """Ask a person on Telegram a question and wait for the answer.
 
         options: optional answers to offer as buttons. timeout: seconds to wait (default
         600). Returns the answer; no answer in time is an error result.
         """
-        seconds = _timeout(timeout)
+        if not 1 <= timeout <= MAX_TIMEOUT:
+            return _result(_BAD_TIMEOUT, error=True)
         try:
-            outcome = await ask_question(connect, question, options, seconds)
+            outcome = await ask_question(connect, question, options, timeout)
         except Exception as exc:  # no answer is an error result, never a crash
-            raise ToolError(f"no answer: {one_line(exc)}") from exc
+            return _result(f"no answer: {one_line(exc)}", error=True)
         if outcome.state != "answered" or outcome.answer is None:
-            raise ToolError(f"no answer in Telegram within {seconds:g} s ({outcome.state})")
-        return outcome.answer
+            return _result(f"no answer in Telegram within {timeout:g} s ({outcome.state})",
+                           error=True)
+        return _result(outcome.answer)
 
     return server
 
 
-def _timeout(value: float) -> float:
-    if not 1 <= value <= MAX_TIMEOUT:
-        raise ToolError(f"timeout must be between 1 and {MAX_TIMEOUT:g} seconds")
-    return value
+def _result(text: str, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
