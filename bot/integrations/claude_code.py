@@ -26,8 +26,8 @@ from bot.integrations.describe import ToolCall, mcp_name
 
 
 class ClaudeCode:
-    agent = "Claude Code"
-    events = ("PreToolUse", "PermissionRequest")
+    agent: str = "Claude Code"
+    events: tuple[str, ...] = ("PreToolUse", "PermissionRequest")
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         return parse_tool_event(self.agent, self.events, data)

@@ -18,8 +18,8 @@ from bot.integrations.contract import HookAnswer, HookEvent, Verdict, blocked
 
 
 class Codex:
-    agent = "Codex"
-    events = ("PermissionRequest", "PreToolUse")
+    agent: str = "Codex"
+    events: tuple[str, ...] = ("PermissionRequest", "PreToolUse")
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         return parse_tool_event(self.agent, self.events, data)

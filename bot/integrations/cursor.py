@@ -26,8 +26,8 @@ from bot.integrations.describe import ToolCall
 
 
 class Cursor:
-    agent = "Cursor"
-    events = ("beforeShellExecution", "beforeMCPExecution", "preToolUse")
+    agent: str = "Cursor"
+    events: tuple[str, ...] = ("beforeShellExecution", "beforeMCPExecution", "preToolUse")
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         name = event_name(data, self.events)

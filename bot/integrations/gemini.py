@@ -25,8 +25,8 @@ from bot.integrations.describe import ToolCall
 
 
 class Gemini:
-    agent = "Gemini CLI"
-    events = ("BeforeTool",)
+    agent: str = "Gemini CLI"
+    events: tuple[str, ...] = ("BeforeTool",)
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         name = event_name(data, self.events)
