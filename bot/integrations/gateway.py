@@ -77,7 +77,7 @@ class Gateway:
                           f"{name} was not called")
         if rule == "ask":
             call = ToolCall("An MCP client", name, arguments, mcp_server=self.server_name,
-                            mcp_tool=name, tool_description=self.descriptions.get(name))
+                            mcp_tool=name, tool_description=await self.description(name))
             description = describe(call, lambda _: None)
             verdict = await ask_person(
                 self.connect, tool=name, summary=description.summary, arguments=arguments,
@@ -86,6 +86,22 @@ class Gateway:
             if verdict.decision != "allow":
                 return _error(f"{verdict.reason}; {name} was not called")
         return await self.forward(name, arguments)
+
+    async def description(self, name: str) -> str | None:
+        """The upstream's description of tool ``name``, read from its listing."""
+        if name not in self.descriptions and self.upstream_gone is None:
+            cursor: str | None = None
+            try:
+                while True:
+                    page = await self.upstream.list_tools(
+                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    self.descriptions.update((t.name, t.description) for t in page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+            except Exception as exc:  # the card goes without it; the call decides the rest
+                log.warning("could not list the upstream tools: %s", one_line(exc))
+        return self.descriptions.get(name)
 
     async def forward(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if self.upstream_gone is not None:
