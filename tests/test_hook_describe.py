@@ -3,7 +3,10 @@ MCP tools, and credentials as secrets."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bot.integrations.describe import ToolCall, describe, secrets_in
+from bot.integrations.hook import read_text_file
 
 
 def blocks_by_label(blocks: list[dict[str, str]]) -> dict[str, dict[str, str]]:
@@ -125,3 +128,17 @@ def test_a_codex_patch_shows_its_files_and_the_patch() -> None:
     d = describe(ToolCall("Codex", "apply_patch", {"command": patch}), no_file)
     assert d.summary == "Codex wants to patch src/a.py"
     assert blocks_by_label(d.blocks)["Patch"]["value_type"] == "diff"
+
+
+def test_a_file_that_cannot_be_diffed_says_why_instead_of_looking_new(tmp_path: Path) -> None:
+    (tmp_path / "text.txt").write_text("hello\n")
+    (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00")
+    assert read_text_file(str(tmp_path / "text.txt")) == "hello\n"
+    assert read_text_file(str(tmp_path / "missing.txt")) is None
+    assert read_text_file(str(tmp_path / "binary.bin")) == (
+        f"({tmp_path}/binary.bin is not UTF-8 text)\n")
+    assert read_text_file(str(tmp_path)) == f"({tmp_path} is not a regular file)\n"
+    call = ToolCall("Claude Code", "Write", {"file_path": str(tmp_path / "binary.bin"),
+                                             "content": "text\n"})
+    diff = blocks_by_label(describe(call, read_text_file).blocks)["Diff"]["value"]
+    assert "-(" in diff and "/dev/null" not in diff
