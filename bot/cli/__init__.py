@@ -31,6 +31,8 @@ SUBCOMMANDS: Final = (
     "demo_agent",
     "doctor",
     "render",
+    "agent",
+    "ask",
     "hook",
     "mcp",
 )
