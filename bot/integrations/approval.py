@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
+
+from skald_telegram import AsyncAgentClient, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -25,54 +27,13 @@ class Verdict:
     reason: str
 
 
-class OutcomeView(Protocol):
-    @property
-    def state(self) -> str: ...
-    @property
-    def reason(self) -> str | None: ...
-    @property
-    def decided_by(self) -> Mapping[str, Any] | None: ...
-    @property
-    def answer(self) -> str | None: ...
-
-
-class HostClient(Protocol):
-    """What the adapters need of ``skald_telegram.AsyncAgentClient``."""
-
-    async def submit_approval(
-        self,
-        tool: str,
-        *,
-        summary: str | None = ...,
-        arguments: Mapping[str, Any] | None = ...,
-        blocks: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = ...,
-        timeout: float = ...,
-    ) -> str: ...
-
-    async def submit_question(
-        self, question: str, options: Sequence[str] | None = ..., timeout: float = ...
-    ) -> str: ...
-
-    async def wait(self, item_id: str, timeout: float | None = ...) -> Any: ...
-
-    async def withdraw(self, item_id: str) -> Any: ...
-
-    async def aclose(self) -> None: ...
-
-
-Connect = Callable[[], HostClient]
+Connect = Callable[[], AsyncAgentClient]
 
 
 def host_connector(state_dir: str | None) -> Connect:
     """Opens a client of the agent host whose state folder is ``state_dir`` (default: the
     host's own default)."""
-
-    def connect() -> HostClient:
-        from skald_telegram import AsyncAgentClient
-
-        return AsyncAgentClient(state_dir=state_dir)
-
-    return connect
+    return lambda: AsyncAgentClient(state_dir=state_dir)
 
 
 async def ask_person(
@@ -102,7 +63,7 @@ async def ask_person(
 
 async def ask_question(
     connect: Connect, question: str, options: Sequence[str] | None, timeout: float
-) -> OutcomeView:
+) -> Outcome:
     """Ask a question and wait for its answer (or the end of ``timeout``: then the
     question is withdrawn and the outcome says so)."""
     client = connect()
@@ -113,7 +74,7 @@ async def ask_question(
         await _close(client)
 
 
-def verdict_of(outcome: OutcomeView, timeout: float, on_error: OnError) -> Verdict:
+def verdict_of(outcome: Outcome, timeout: float, on_error: OnError) -> Verdict:
     who = who_decided(outcome)
     if outcome.state == "approved":
         return Verdict("allow", f"approved{who} in Telegram")
@@ -125,7 +86,7 @@ def verdict_of(outcome: OutcomeView, timeout: float, on_error: OnError) -> Verdi
     return failure(f"the request ended without a decision ({outcome.state})", on_error)
 
 
-def who_decided(outcome: OutcomeView) -> str:
+def who_decided(outcome: Outcome) -> str:
     """`` by Ada (@ada)``, as far as the outcome says, or nothing."""
     person = outcome.decided_by or {}
     name, username = person.get("name"), person.get("username")
@@ -150,24 +111,26 @@ def one_line(exc: BaseException) -> str:
 
 
 async def _decide(
-    client: HostClient,
+    client: AsyncAgentClient,
     tool: str,
     summary: str,
     arguments: Mapping[str, Any],
     blocks: Sequence[Mapping[str, Any]],
     timeout: float,
-) -> OutcomeView:
+) -> Outcome:
     item_id = await client.submit_approval(
         tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout
     )
     return await _wait_or_withdraw(client, item_id, timeout)
 
 
-async def _wait_or_withdraw(client: HostClient, item_id: str, timeout: float) -> OutcomeView:
+async def _wait_or_withdraw(
+    client: AsyncAgentClient, item_id: str, timeout: float
+) -> Outcome:
     """The outcome within ``timeout``; an item still open then (or when the wait is
     interrupted) is withdrawn, so that no card stays waiting for nobody."""
     try:
-        outcome: OutcomeView = await client.wait(item_id, timeout)
+        outcome = await client.wait(item_id, timeout)
     except BaseException:
         await _withdraw(client, item_id)
         raise
@@ -176,14 +139,14 @@ async def _wait_or_withdraw(client: HostClient, item_id: str, timeout: float) ->
     return outcome
 
 
-async def _withdraw(client: HostClient, item_id: str) -> None:
+async def _withdraw(client: AsyncAgentClient, item_id: str) -> None:
     try:
         await client.withdraw(item_id)
     except Exception as exc:  # the deny stands either way
         log.warning("could not withdraw %s: %s", item_id, one_line(exc))
 
 
-async def _close(client: HostClient) -> None:
+async def _close(client: AsyncAgentClient) -> None:
     try:
         await client.aclose()
     except Exception as exc:  # closing a connection must not change the verdict

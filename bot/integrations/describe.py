@@ -18,18 +18,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-Block = dict[str, str]
+from bot.agenthost.describe import describe_arguments, is_credential_key
+
+Block = dict[str, Any]
 FileReader = Callable[[str], "str | None"]
 """Returns a file's current text, or ``None`` when there is no such file."""
 
 SUMMARY_CHARS: Final = 200
 """A summary is one short line: the card's title and a notification's text."""
 
-_SECRET_KEY = re.compile(
-    r"pass(word|wd|phrase)?$|secret|token|api[_-]?key|apikey|private[_-]?key|credential|"
-    r"^auth(orization)?$|cookie|session[_-]?(id|key)|access[_-]?key|signature",
-    re.IGNORECASE,
-)
 _HEADER_SECRET = re.compile(
     r"\b(?P<key>(?:proxy-)?authorization|x-api-key|api-key|x-auth-token|cookie)\s*:\s*"
     r"(?P<value>[^'\"\n\\]+?)\s*(?=['\"\n\\]|$)",
@@ -98,9 +95,10 @@ def describe(call: ToolCall, read: FileReader) -> Description:
         description = _search(call)
     else:
         description = Description(
-            _summary(call, f"use {call.tool}"), list(_argument_blocks(call.arguments))
+            _summary(call, f"use {call.tool}"), describe_arguments(call.arguments)
         )
-    return Description(description.summary, [*description.blocks, *_secret_blocks(call)])
+    shown = {b["value"] for b in description.blocks if b.get("value_type") == "secret"}
+    return Description(description.summary, [*description.blocks, *_secret_blocks(call, shown)])
 
 
 def mcp_name(tool: str) -> tuple[str, str] | None:
@@ -117,8 +115,8 @@ def secrets_in(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
     and credentials written into command lines (``Authorization:`` headers and the like)."""
     found: list[tuple[str, str]] = []
     for key, value in _walk(arguments):
-        leaf = key.rsplit(".", 1)[-1]
-        if isinstance(value, str | int) and not isinstance(value, bool) and _SECRET_KEY.search(
+        leaf = key.rsplit(".", 1)[-1].split("[", 1)[0]
+        if isinstance(value, str | int) and not isinstance(value, bool) and is_credential_key(
             leaf
         ):
             if str(value):
@@ -142,8 +140,8 @@ def _secrets_in_text(text: str) -> Iterator[tuple[str, str]]:
                     yield match["key"], token
 
 
-def _secret_blocks(call: ToolCall) -> Iterator[Block]:
-    seen: set[str] = set()
+def _secret_blocks(call: ToolCall, seen: set[str]) -> Iterator[Block]:
+    """A ``secret`` block for each credential no block shows as one yet."""
     for key, value in secrets_in(call.arguments):
         if value not in seen:
             seen.add(value)
@@ -229,29 +227,8 @@ def _mcp(call: ToolCall) -> Description:
     if call.tool_description:
         blocks.append({"type": "block", "label": "Tool description",
                        "value": call.tool_description, "value_type": "text"})
-    blocks.extend(_argument_blocks(call.arguments))
+    blocks.extend(describe_arguments(call.arguments))
     return Description(_summary(call, f"call {tool} on {server}"), blocks)
-
-
-def _argument_blocks(arguments: Mapping[str, Any]) -> Iterator[Block]:
-    for key, value in arguments.items():
-        if isinstance(value, str) and _SECRET_KEY.search(key):
-            continue  # shown once, as a secret block
-        if isinstance(value, str):
-            if "\n" in value or len(value) > 80:
-                yield {"type": "block", "label": key, "value": value, "value_type": "text"}
-            else:
-                yield _kv(key, value, "string")
-        elif isinstance(value, bool):
-            yield _kv(key, "true" if value else "false", "boolean")
-        elif isinstance(value, int | float):
-            yield _kv(key, str(value), "number")
-        elif value is None:
-            yield _kv(key, "null", "string")
-        else:
-            yield {"type": "block", "label": key,
-                   "value": json.dumps(value, indent=2, ensure_ascii=False),
-                   "value_type": "json"}
 
 
 def _edits(arguments: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
