@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from bot.integrations.approval import Verdict
+from bot.integrations.approval import OnError, Verdict, verdict_of
 from bot.integrations.contract import HookContract, HookInputError
 from bot.integrations.hook import CONTRACTS
+from skald_telegram import Outcome
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
 ALLOW = Verdict("allow", "approved by Ada in Telegram")
@@ -124,3 +125,25 @@ def test_what_each_agent_sends_becomes_the_call() -> None:
 def test_input_that_breaks_the_contract_is_refused(data: dict[str, Any]) -> None:
     with pytest.raises(HookInputError):
         CONTRACTS["claude-code"].parse(data)
+
+
+def test_what_each_outcome_means_for_the_agent() -> None:
+    ada = {"name": "Ada Lovelace", "username": "ada", "telegram_user_id": 4242}
+    cases: list[tuple[Outcome, OnError, Verdict]] = [
+        (Outcome("a", "approved", decided_by=ada), "deny",
+         Verdict("allow", "approved by Ada Lovelace (@ada) in Telegram")),
+        (Outcome("a", "denied", "not now", {"username": "bob"}), "ask",
+         Verdict("deny", "denied by @bob in Telegram: not now")),
+        (Outcome("a", "denied"), "deny", Verdict("deny", "denied in Telegram")),
+        (Outcome("a", "expired"), "deny",
+         Verdict("deny", "denied by skald-telegram: no decision in Telegram within 30 s")),
+        (Outcome("a", "pending"), "ask", Verdict(
+            "ask", "skald-telegram could not get a decision (no decision in Telegram within "
+            "30 s); asking here instead")),
+        (Outcome("a", "withdrawn"), "deny", Verdict(
+            "deny", "denied by skald-telegram: the request was withdrawn before anyone decided")),
+        (Outcome("a", "answered", answer="yes"), "deny", Verdict(
+            "deny", "denied by skald-telegram: the request ended without a decision (answered)")),
+    ]
+    for outcome, on_error, verdict in cases:
+        assert verdict_of(outcome, 30, on_error) == verdict

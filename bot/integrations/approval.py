@@ -52,7 +52,10 @@ async def ask_person(
     except Exception as exc:  # fail closed: whatever went wrong, the answer is not an allow
         return failure(one_line(exc), on_error)
     try:
-        outcome = await _decide(client, tool, summary, arguments, blocks, timeout)
+        item_id = await client.submit_approval(
+            tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout
+        )
+        outcome = await _wait_or_withdraw(client, item_id, timeout)
     except Exception as exc:  # fail closed, as above
         log.warning("approval for %s failed: %s", tool, one_line(exc))
         return failure(one_line(exc), on_error)
@@ -81,8 +84,10 @@ def verdict_of(outcome: Outcome, timeout: float, on_error: OnError) -> Verdict:
     if outcome.state == "denied":
         because = f": {outcome.reason}" if outcome.reason else ""
         return Verdict("deny", f"denied{who} in Telegram{because}")
-    if outcome.state in ("pending", "expired", "withdrawn"):
+    if outcome.state in ("pending", "expired"):
         return failure(f"no decision in Telegram within {timeout:g} s", on_error)
+    if outcome.state == "withdrawn":
+        return failure("the request was withdrawn before anyone decided", on_error)
     return failure(f"the request ended without a decision ({outcome.state})", on_error)
 
 
@@ -108,20 +113,6 @@ def failure(reason: str, on_error: OnError) -> Verdict:
 def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text[:300]
-
-
-async def _decide(
-    client: AsyncAgentClient,
-    tool: str,
-    summary: str,
-    arguments: Mapping[str, Any],
-    blocks: Sequence[Mapping[str, Any]],
-    timeout: float,
-) -> Outcome:
-    item_id = await client.submit_approval(
-        tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout
-    )
-    return await _wait_or_withdraw(client, item_id, timeout)
 
 
 async def _wait_or_withdraw(
