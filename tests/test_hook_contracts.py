@@ -90,7 +90,8 @@ def test_cursor_permissions() -> None:
         for verdict in (ALLOW, DENY, ASK):
             assert answer(cursor, event, verdict) == ({
                 "permission": verdict.decision, "userMessage": verdict.reason,
-                "agentMessage": verdict.reason}, 0)
+                "agentMessage": verdict.reason, "user_message": verdict.reason,
+                "agent_message": verdict.reason}, 0)
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])

@@ -91,10 +91,10 @@ async def test_each_agent_gets_its_own_answer_to_a_tap(tmp_path: Path) -> None:
 
         hook = await start_hook(hw, "cursor", "beforeMCPExecution")
         await deny_with_reason(hw, "Cursor wants to call send_message", "no announcements")
+        reason = "denied by Ada Lovelace (@ada) in Telegram: no announcements"
         assert await answer_of(hook) == (0, {
-            "permission": "deny",
-            "userMessage": "denied by Ada Lovelace (@ada) in Telegram: no announcements",
-            "agentMessage": "denied by Ada Lovelace (@ada) in Telegram: no announcements"})
+            "permission": "deny", "userMessage": reason, "agentMessage": reason,
+            "user_message": reason, "agent_message": reason})
 
 
 async def test_writes_and_edits_show_the_diff_against_the_file_on_disk(tmp_path: Path) -> None:

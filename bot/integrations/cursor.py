@@ -2,9 +2,10 @@
 ``beforeShellExecution``, ``beforeMCPExecution`` and ``preToolUse``.
 
 Every answer is ``{"permission": "allow"|"deny"|"ask", "userMessage": …, "agentMessage":
-…}`` with exit code 0. Shell events carry ``command`` and ``cwd``; MCP events ``tool_name``
-and ``tool_input`` (an object, or a JSON string in some versions) and the server's
-``url`` or ``command``.
+…}`` with exit code 0; the messages go out under both spellings Cursor has documented
+(``userMessage``, and ``user_message`` in current builds). Shell events carry ``command``
+and ``cwd``; MCP events ``tool_name`` and ``tool_input`` (an object, or a JSON string in
+some versions) and the server's ``url`` or ``command``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Cursor:
             "permission": verdict.decision,
             "userMessage": verdict.reason,
             "agentMessage": verdict.reason,
+            "user_message": verdict.reason,
+            "agent_message": verdict.reason,
         }))
 
 
