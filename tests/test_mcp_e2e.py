@@ -103,4 +103,10 @@ async def test_the_gateway_forwards_only_what_a_person_approves(tmp_path: Path) 
             denied = await session.call_tool("write_note", {"name": "a", "text": "b"})
             assert not allowed.is_error and denied.is_error
             assert len(hw.world.cards(ADA)) == cards  # allow and deny never ask
+
+            # The client goes away while a card waits: the card is taken back.
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "old"}))
+            await hw.world.wait_card(ADA, "name: old")
+            call.cancel()
+        await hw.world.wait_card(ADA, "name: old", lambda m: m.buttons() == [])
         assert [c["arguments"]["name"] for c in calls(record)] == ["groceries", "a"]

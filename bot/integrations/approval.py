@@ -11,11 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+import anyio
 
 from skald_telegram import AsyncAgentClient, Outcome
 
 log = logging.getLogger(__name__)
+
+WITHDRAW_SECONDS: Final = 5.0
+"""How long an interrupted wait may spend taking its card back."""
 
 Decision = Literal["allow", "deny", "ask"]
 OnError = Literal["deny", "ask"]
@@ -123,7 +128,10 @@ async def _wait_or_withdraw(
     try:
         outcome = await client.wait(item_id, timeout)
     except BaseException:
-        await _withdraw(client, item_id)
+        # Shielded: a cancelled caller (an MCP client that went away) still takes its card
+        # back, within a few seconds.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_SECONDS):
+            await _withdraw(client, item_id)
         raise
     if outcome.state == "pending":
         await _withdraw(client, item_id)
