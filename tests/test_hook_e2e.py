@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,15 @@ async def test_no_decision_in_time_and_a_host_that_dies_are_denies(tmp_path: Pat
         assert (code, specific["permissionDecision"]) == (0, "deny")
         assert specific["permissionDecisionReason"] == (
             "denied by skald-telegram: no decision in Telegram within 1 s")
+
+        # The agent gives up on the hook (its own timeout): the card is taken back.
+        hook = await start_hook(hw, "cursor", "beforeShellExecution")
+        await hw.world.wait_card(ADA, "Cursor wants to run: terraform")
+        hook.send_signal(signal.SIGTERM)
+        code, answer = await answer_of(hook)
+        assert answer is None
+        await hw.world.wait_card(ADA, "Cursor wants to run: terraform",
+                                 lambda m: m.buttons() == [])
 
         hook = await start_hook(hw, "gemini", "BeforeTool-write_file", "--timeout", "2")
         await hw.world.wait_card(ADA, "Gemini CLI wants to write /work/project/notes.md")
