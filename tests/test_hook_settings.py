@@ -60,6 +60,10 @@ def test_claude_code_install_keeps_what_is_there_and_uninstall_restores_it(
     assert "already installed" in again.stdout
     assert read(settings) == installed
 
+    changed = cli("hook", "install", "claude-code", "--timeout", "60", home=tmp_path)
+    assert "- PermissionRequest" in changed.stdout and "hook timeout 90 s" in changed.stdout
+    assert "backup" not in changed.stdout and read(backup) == original
+
     removed = cli("hook", "uninstall", "claude-code", home=tmp_path)
     assert removed.returncode == 0 and "- PermissionRequest" in removed.stdout
     assert read(settings) == original

@@ -101,16 +101,16 @@ def install(site: HookSite, path: Path, command: str, timeout: float) -> list[st
     if updated == settings and _ours(settings, site):
         return [f"{path}: already installed, nothing changed"]
     removed = _describe_ours(settings, site, "-")
-    return _save(path, original, updated, [*removed, *changes])
+    return _save(path, original if not removed else None, updated, [*removed, *changes])
 
 
 def uninstall(site: HookSite, path: Path) -> list[str]:
     """Take our hook out of ``path``; returns the lines saying what changed."""
-    original, settings = _load(path)
+    _, settings = _load(path)
     removed = _describe_ours(settings, site, "-")
     if not removed:
         return [f"{path}: no skald-telegram hook for {site.agent}, nothing changed"]
-    return _save(path, original, _without_ours(settings, site, prune=True), removed)
+    return _save(path, None, _without_ours(settings, site, prune=True), removed)
 
 
 def _entry(site: HookSite, command: str, matcher: str | None, limit: int) -> dict[str, Any]:
@@ -213,6 +213,8 @@ def _load(path: Path) -> tuple[str | None, dict[str, Any]]:
 
 def _save(path: Path, original: str | None, settings: dict[str, Any], changes: list[str]
           ) -> list[str]:
+    """Write ``settings``; ``original``, the file as its owner left it (without our hook),
+    is kept beside it unless a copy is there already."""
     lines = [f"{path}:", *changes]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
