@@ -261,7 +261,7 @@ class AgentClient:
         meanwhile is waited for; one that is not running at first raises
         :class:`HostUnavailable`."""
         deadline = _deadline(timeout)
-        outcome = self.outcome(item_id, max(0.0, min(_remaining(deadline), POLL_CHUNK_S)))
+        outcome = self.outcome(item_id)  # fails fast when no host is running
         while outcome.pending and _remaining(deadline) > 0:
             try:
                 outcome = self.outcome(item_id, _remaining(deadline))
@@ -386,7 +386,7 @@ class AsyncAgentClient:
 
     async def wait(self, item_id: str, timeout: float | None = None) -> Outcome:
         deadline = _deadline(timeout)
-        outcome = await self.outcome(item_id, max(0.0, min(_remaining(deadline), POLL_CHUNK_S)))
+        outcome = await self.outcome(item_id)  # fails fast when no host is running
         while outcome.pending and _remaining(deadline) > 0:
             try:
                 outcome = await self.outcome(item_id, _remaining(deadline))

@@ -90,11 +90,6 @@ def _text(body: dict[str, Any], name: str, limit: int, *, required: bool) -> str
 def _number(raw: Any, name: str, default: float, low: float, high: float) -> float:
     if raw is None:
         return default
-    if isinstance(raw, str):
-        try:
-            raw = float(raw)
-        except ValueError as exc:
-            raise Refusal(400, f"{name} must be a number of seconds", name) from exc
     if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
         raise Refusal(400, f"{name} must be a number of seconds", name)
     if not low <= raw <= high:
@@ -116,6 +111,10 @@ def _blocks(raw: Any) -> list[dict[str, Any]] | None:
         raw = raw.get("blocks")
     if not isinstance(raw, list) or not all(isinstance(b, dict) for b in raw):
         raise Refusal(400, "blocks must be a list of block objects", "blocks")
+    for index, block in enumerate(raw):
+        for name in ("type", "key", "label", "value_type"):
+            if name in block and not isinstance(block[name], str):
+                raise Refusal(400, f"blocks[{index}].{name} must be a string", "blocks")
     return raw
 
 
@@ -143,7 +142,9 @@ async def create_approval(request: Request) -> Response:
 async def create_question(request: Request) -> Response:
     body = await _body(request)
     question = _text(body, "question", MAX_QUESTION_CHARS, required=True)
-    options = body.get("options") or []
+    options = body.get("options")
+    if options is None:
+        options = []
     if not isinstance(options, list) or len(options) > MAX_OPTIONS or not all(
         isinstance(o, str) and o.strip() and len(o) <= MAX_OPTION_CHARS for o in options
     ):
@@ -158,7 +159,12 @@ async def create_question(request: Request) -> Response:
 
 
 def _wait(request: Request) -> float:
-    return _number(request.query_params.get("wait"), "wait", 0.0, 0.0, MAX_WAIT_S)
+    raw = request.query_params.get("wait")
+    try:
+        seconds = None if raw is None else float(raw)
+    except ValueError as exc:
+        raise Refusal(400, "wait must be a number of seconds", "wait") from exc
+    return _number(seconds, "wait", 0.0, 0.0, MAX_WAIT_S)
 
 
 async def item_outcome(request: Request) -> Response:
@@ -207,7 +213,9 @@ def _host(request: Request) -> AgentHost:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     messages = {404: "no such endpoint", 405: "method not allowed here"}
-    return error(exc.status_code, messages.get(exc.status_code, str(exc.detail)))
+    response = error(exc.status_code, messages.get(exc.status_code, str(exc.detail)))
+    response.headers.update(exc.headers or {})  # a 405's Allow
+    return response
 
 
 class TokenGuard:
