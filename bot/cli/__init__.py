@@ -32,6 +32,10 @@ SUBCOMMANDS: Final = (
     "demo_agent",
     "doctor",
     "render",
+    "agent",
+    "ask",
+    "hook",
+    "mcp",
 )
 """The modules of :mod:`bot.cli`, one per subcommand, in ``--help`` order."""
 

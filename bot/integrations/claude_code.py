@@ -1,0 +1,79 @@
+"""Claude Code's hook contract (code.claude.com/docs/en/hooks): ``PreToolUse`` and
+``PermissionRequest``.
+
+Both answer with exit code 0 and JSON on stdout. ``PermissionRequest`` has no "ask": to
+hand a call back to Claude Code's own dialog the hook prints nothing. Input that cannot be
+read gets exit code 2, which blocks the call (any other non-zero code would let it run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bot.integrations.contract import (
+    HookAnswer,
+    HookEvent,
+    Verdict,
+    as_json,
+    blocked,
+    event_name,
+    object_field,
+    optional_text,
+    text_field,
+)
+from bot.integrations.describe import ToolCall, mcp_name
+
+
+class ClaudeCode:
+    agent: str = "Claude Code"
+    events: tuple[str, ...] = ("PreToolUse", "PermissionRequest")
+
+    def parse(self, data: Mapping[str, Any]) -> HookEvent:
+        return parse_tool_event(self.agent, self.events, data)
+
+    def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
+        if event == "PreToolUse":
+            return pre_tool_use(verdict)
+        if event == "PermissionRequest":
+            return permission_request(verdict)
+        return blocked(verdict.reason)
+
+
+def parse_tool_event(agent: str, events: tuple[str, ...], data: Mapping[str, Any]) -> HookEvent:
+    """The input both Claude Code and Codex send: ``tool_name``, ``tool_input``, ``cwd``,
+    ``session_id``, ``hook_event_name``; MCP tools are named ``mcp__<server>__<tool>``."""
+    name = event_name(data, events)
+    tool = text_field(data, "tool_name")
+    server, mcp_tool = mcp_name(tool) or (None, None)
+    call = ToolCall(
+        agent=agent,
+        tool=tool,
+        arguments=object_field(data, "tool_input"),
+        cwd=optional_text(data, "cwd"),
+        mcp_server=server,
+        mcp_tool=mcp_tool,
+    )
+    return HookEvent(name, call, optional_text(data, "session_id"))
+
+
+def pre_tool_use(verdict: Verdict) -> HookAnswer:
+    return HookAnswer(as_json({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": verdict.decision,
+        "permissionDecisionReason": verdict.reason,
+    }}))
+
+
+def permission_request(verdict: Verdict) -> HookAnswer:
+    if verdict.decision == "ask":
+        return HookAnswer("")
+    decision: dict[str, Any] = {"behavior": verdict.decision}
+    if verdict.decision == "deny":
+        decision["message"] = verdict.reason
+    return HookAnswer(as_json({"hookSpecificOutput": {
+        "hookEventName": "PermissionRequest", "decision": decision,
+    }}))
+
+
+CONTRACT = ClaudeCode()
