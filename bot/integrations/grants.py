@@ -5,9 +5,9 @@ command (``git status -s`` offers "`git status` in this session", which then cov
 ``git status --porcelain`` and nothing else), one program for a plain program such as
 ``ls`` or ``pytest``, edits in one directory in one session, one tool of one MCP server.
 A command that chains, pipes, redirects or substitutes, runs under another program
-(``sudo``, ``env``, a shell), or starts with a variable assignment gets no grant at all;
-neither does a call without a session. The host refuses a grant for arguments that hold a
-secret.
+(``sudo``, ``env``, a shell), destroys (``rm``, ``dd``, ``kill``, …) or starts with a
+variable assignment gets no grant at all; neither does a call without a session. The
+host refuses a grant for arguments that hold a secret.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ WRAPPERS: Final = frozenset({
     "xargs", "nohup", "nice", "time", "timeout", "watch", "command", "builtin", "source", ".",
 })
 """Programs that run other programs: what they would run is not narrow enough to grant."""
+DESTRUCTIVE: Final = frozenset({
+    "rm", "rmdir", "dd", "mkfs", "shred", "truncate", "chmod", "chown", "kill", "pkill",
+    "killall", "reboot", "shutdown", "halt", "poweroff",
+})
+"""Programs that destroy or take away: every call of them is asked for, never granted."""
 _SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\n\\*?!~]")
 _SUBCOMMAND = re.compile(r"[a-z][a-z0-9-]*")
 
@@ -86,7 +91,7 @@ def command_scope(command: str) -> str | None:
     if not words or "=" in words[0]:
         return None
     program = posixpath.basename(words[0])
-    if not program or program in WRAPPERS:
+    if not program or program in WRAPPERS or program in DESTRUCTIVE:
         return None
     if program not in SUBCOMMAND_PROGRAMS:
         return program
