@@ -438,3 +438,9 @@ class AsyncAgentClient:
 
     async def status(self) -> dict[str, Any]:
         return dict(await self._send(_Request("GET", "/v1/status")))
+
+    async def grants(self) -> list[dict[str, Any]]:
+        return list((await self._send(_Request("GET", "/v1/grants")))["grants"])
+
+    async def revoke_grant(self, grant_id: str) -> dict[str, Any]:
+        return dict(await self._send(_Request("DELETE", f"/v1/grants/{grant_id}")))
