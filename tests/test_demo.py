@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from telegram_stub import TelegramStub
 from world import ADA, BOB, TOKEN, make_world, running_bot
 
 from bot.cli import main as cli_main
@@ -25,6 +24,7 @@ from bot.demo import (
     run_demo_agent,
     who,
 )
+from bot.playground.stub import TelegramStub
 from bot.protocol.payloads import Person
 
 TIMEOUT = 10.0

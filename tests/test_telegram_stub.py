@@ -22,8 +22,9 @@ from telegram import (
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter
 from telegram.ext import ApplicationBuilder, CallbackQueryHandler, ContextTypes
-from telegram_stub import BOT_USERNAME, TelegramStub
-from tg_html import Entity
+
+from bot.playground.stub import BOT_USERNAME, TelegramStub
+from bot.playground.tg_html import Entity
 
 TOKEN = "123:ABC"
 ALICE = 1001

@@ -1,6 +1,6 @@
-"""A local stand-in for the Telegram Bot API, served over real HTTP on loopback.
+"""A local stand-in for the Telegram Bot API, served over real HTTP on 127.0.0.1.
 
-The bot under test reaches it through python-telegram-bot's ``base_url``::
+A bot reaches it through python-telegram-bot's ``base_url`` (or ``telegram.api_url``)::
 
     async with TelegramStub(token="123:ABC") as tg:
         bot = Bot("123:ABC", base_url=f"{tg.api_url}/bot")
@@ -22,13 +22,20 @@ import email.policy
 import html
 import json
 import logging
+import socket
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tg_html import Entity, HtmlRefused, checked_link, parse_caption, parse_html
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from bot.playground.tg_html import Entity, HtmlRefused, checked_link, parse_caption, parse_html
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +78,8 @@ _JSON_PARAMS = frozenset(
         "commands", "scope", "entities", "caption_entities",
     }
 )  # fmt: skip
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+LOOPBACK = "127.0.0.1"
+"""The only address the stand-in listens on: it is for one person on their own machine."""
 
 
 class ApiError(Exception):
@@ -146,6 +154,10 @@ class StoredMessage:
     edit_date: int | None = None
     deleted: bool = False
     service: dict[str, Any] | None = None
+    force_reply: dict[str, Any] | None = None
+    """The ForceReply markup the message was sent with, which the page acts on."""
+    revision: int = 0
+    """Grows with every change of the stand-in's messages; the page's live feed follows it."""
 
     def version(self) -> MessageVersion:
         return MessageVersion(self.text, self.html, list(self.entities), self.reply_markup)
@@ -212,23 +224,22 @@ class _ChangeSignal:
         return True
 
 
-@dataclass
-class _HttpRequest:
-    method: str
-    target: str
-    headers: dict[str, str]
-    body: bytes
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the program that runs the stand-in owns them."""
 
-    @property
-    def keep_alive(self) -> bool:
-        return self.headers.get("connection", "").lower() != "close"
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 class TelegramStub:
     """A fake Bot API server with a small world model; see the module docstring."""
 
-    def __init__(self, token: str = "123:ABC", *, long_poll_cap: float = LONG_POLL_CAP) -> None:
+    def __init__(
+        self, token: str = "123:ABC", *, long_poll_cap: float = LONG_POLL_CAP, port: int = 0
+    ) -> None:
         self.token = token
+        self.port = port
         prefix = token.partition(":")[0]
         self.bot_id = int(prefix) if prefix.isdigit() and int(prefix) != 777000 else 5000000001
         self.long_poll_cap = long_poll_cap
@@ -249,8 +260,10 @@ class TelegramStub:
         self._paced: list[tuple[float, int]] = []
         self._files: dict[str, StoredDocument] = {}
         self._changed = _ChangeSignal()
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._revision = 0
+        self._routes: list[BaseRoute] = []
+        self._server: _Server | None = None
+        self._serving: asyncio.Task[None] | None = None
         self._closing = False
         self.api_url = ""
         self._handlers = {
@@ -261,23 +274,48 @@ class TelegramStub:
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    def add_routes(self, routes: Iterable[BaseRoute]) -> None:
+        """Serve these routes too (the playground's page), before the Bot API's; call before
+        entering the context."""
+        self._routes.extend(routes)
+
     async def __aenter__(self) -> TelegramStub:
-        self._server = await asyncio.start_server(self._serve_connection, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.api_url = f"http://127.0.0.1:{port}"
-        logger.debug("telegram stub listening on port %d", port)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((LOOPBACK, self.port))
+        except OSError:
+            listener.close()
+            raise
+        self.port = listener.getsockname()[1]
+        app = Starlette(
+            routes=[*self._routes, Route("/{path:path}", self._answer, methods=["GET", "POST"])]
+        )
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off",
+            timeout_graceful_shutdown=2, timeout_keep_alive=30,
+        )  # fmt: skip
+        self._server = _Server(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
+        while not self._server.started:
+            if self._serving.done():
+                await self._serving
+                raise RuntimeError("the Telegram stand-in stopped while starting")
+            await asyncio.sleep(0.005)
+        self.api_url = f"http://{LOOPBACK}:{self.port}"
+        logger.debug("telegram stand-in listening on %s:%d", LOOPBACK, self.port)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._closing = True
         self._changed.fire()
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     # --- world ---------------------------------------------------------------------------
 
@@ -478,32 +516,8 @@ class TelegramStub:
 
     # --- HTTP ---------------------------------------------------------------------------
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        try:
-            while not self._closing:
-                request = await _read_http_request(reader)
-                if request is None:
-                    break
-                status, body = await self._answer(request)
-                writer.write(_http_response(status, body, request.keep_alive))
-                await writer.drain()
-                if not request.keep_alive:
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            logger.debug("telegram stub: client went away")
-        finally:
-            self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-    async def _answer(self, request: _HttpRequest) -> tuple[int, bytes]:
-        path, _, query = request.target.partition("?")
+    async def _answer(self, request: Request) -> Response:
+        path = request.url.path
         prefix = f"/bot{self.token}/"
         try:
             if not path.startswith("/bot"):
@@ -511,7 +525,9 @@ class TelegramStub:
             if not path.startswith(prefix):
                 raise ApiError(401, "Unauthorized")
             method = path[len(prefix) :]
-            params = _request_params(request, query)
+            body = await request.body()
+            params = _request_params(request.headers.get("content-type", ""), body,
+                                     request.url.query)
             result = await self._call(method, params)
             payload: dict[str, Any] = {"ok": True, "result": result}
             status = 200
@@ -519,7 +535,7 @@ class TelegramStub:
             payload, status = error.payload(), error.error_code
         finally:
             self._changed.fire()
-        return status, json.dumps(payload).encode()
+        return JSONResponse(payload, status_code=status)
 
     async def _call(self, method: str, params: dict[str, Any]) -> Any:
         handler = self._handlers.get(method.lower())
@@ -935,57 +951,19 @@ class TelegramStub:
 # --- request decoding and validation -----------------------------------------------------
 
 
-async def _read_http_request(reader: asyncio.StreamReader) -> _HttpRequest | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    request_line, *header_lines = head.decode("latin-1").split("\r\n")
-    method, target, _version = request_line.split(" ", 2)
-    headers: dict[str, str] = {}
-    for line in header_lines:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = await _read_chunked(reader)
-    else:
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return _HttpRequest(method, target, headers, body)
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-        if size == 0:
-            await reader.readuntil(b"\r\n")
-            return b"".join(chunks)
-        chunks.append(await reader.readexactly(size))
-        await reader.readexactly(2)
-
-
-def _http_response(status: int, body: bytes, keep_alive: bool) -> bytes:
-    head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-        "Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
-
-
-def _request_params(request: _HttpRequest, query: str) -> dict[str, Any]:
+def _request_params(content_type: str, body: bytes, query: str) -> dict[str, Any]:
     """Decode the parameters the way the Bot API does: query, JSON, url-encoded or multipart."""
     raw: dict[str, Any] = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    content_type = request.headers.get("content-type", "")
     try:
         if content_type.startswith("application/json"):
-            raw.update(json.loads(request.body or b"{}"))
+            decoded = json.loads(body or b"{}")
+            if not isinstance(decoded, dict):
+                raise ValueError("expected a JSON object")
+            raw.update(decoded)
         elif content_type.startswith("application/x-www-form-urlencoded"):
-            raw.update(urllib.parse.parse_qsl(request.body.decode(), keep_blank_values=True))
+            raw.update(urllib.parse.parse_qsl(body.decode(), keep_blank_values=True))
         elif content_type.startswith("multipart/form-data"):
-            raw.update(_multipart_fields(content_type, request.body))
+            raw.update(_multipart_fields(content_type, body))
     except (ValueError, UnicodeDecodeError) as error:
         raise bad_request(f"can't parse request body: {error}") from None
     return {name: _typed(name, value) for name, value in raw.items()}
