@@ -236,10 +236,18 @@ class TelegramStub:
     """A fake Bot API server with a small world model; see the module docstring."""
 
     def __init__(
-        self, token: str = "123:ABC", *, long_poll_cap: float = LONG_POLL_CAP, port: int = 0
+        self,
+        token: str = "123:ABC",
+        *,
+        long_poll_cap: float = LONG_POLL_CAP,
+        port: int = 0,
+        bot_name: str = BOT_FIRST_NAME,
+        bot_username: str = BOT_USERNAME,
     ) -> None:
         self.token = token
         self.port = port
+        self.bot_name = bot_name
+        self.bot_username = bot_username
         prefix = token.partition(":")[0]
         self.bot_id = int(prefix) if prefix.isdigit() and int(prefix) != 777000 else 5000000001
         self.long_poll_cap = long_poll_cap
@@ -367,8 +375,8 @@ class TelegramStub:
         return {
             "id": self.bot_id,
             "is_bot": True,
-            "first_name": BOT_FIRST_NAME,
-            "username": BOT_USERNAME,
+            "first_name": self.bot_name,
+            "username": self.bot_username,
         }
 
     # --- failure injection --------------------------------------------------------------
@@ -483,6 +491,51 @@ class TelegramStub:
     def messages(self, chat_id: int) -> list[StoredMessage]:
         """Every message of a chat in order, deleted ones flagged, each in its current state."""
         return list(self._messages.get(chat_id, {}).values())
+
+    def changed_since(self, revision: int) -> list[StoredMessage]:
+        """Every message created, edited or deleted after `revision`, oldest change first."""
+        changed = [
+            m for chat in self._messages.values() for m in chat.values() if m.revision > revision
+        ]
+        return sorted(changed, key=lambda m: m.revision)
+
+    async def wait_for_change(self, revision: int, timeout: float) -> None:
+        """Wait until a message changes after `revision`, the stand-in closes, or `timeout`."""
+        await self._changed.wait_until(
+            lambda: self._closing or self._revision > revision, timeout
+        )
+
+    def message_json(self, message: StoredMessage) -> dict[str, Any]:
+        """A message as the Bot API shows it, with what the page needs besides."""
+        result = self._message_json(message)
+        result["revision"] = message.revision
+        result["deleted"] = message.deleted
+        if message.force_reply:
+            result["force_reply"] = message.force_reply
+        return result
+
+    def world_json(self) -> dict[str, Any]:
+        """The bot, the users and the chats (with their members), for the page."""
+        chats = []
+        for chat in self._chats.values():
+            if chat.migrated_to is not None:
+                continue
+            members = [chat.user_id or chat.id] if chat.type == "private" else sorted(
+                chat.members - {self.bot_id}, key=lambda user_id: (user_id not in chat.admins,
+                                                                   user_id)
+            )
+            chats.append({**self._chat_json(chat), "members": members, "admins": chat.admins})
+        return {"bot": self.bot_user(), "users": list(self._users.values()), "chats": chats}
+
+    def document(self, file_id: str) -> StoredDocument | None:
+        return self._files.get(file_id)
+
+    async def answer_of(self, query_id: str, timeout: float) -> dict[str, Any] | None:
+        """The bot's answerCallbackQuery for a tap, once it comes; None after `timeout`."""
+        await self._changed.wait_until(
+            lambda: self._closing or query_id in self.callback_answers, timeout
+        )
+        return self.callback_answers.get(query_id)
 
     def bot_messages(self, chat_id: int) -> list[StoredMessage]:
         return [m for m in self.messages(chat_id) if m.from_id == self.bot_id]
@@ -642,6 +695,7 @@ class TelegramStub:
             reply_markup=markup if markup and "inline_keyboard" in markup else None,
             thread_id=params.get("message_thread_id"),
             reply_to=self._reply_target(chat, params),
+            force_reply=markup if markup and markup.get("force_reply") else None,
         )
         return self._message_json(message)
 
@@ -679,6 +733,7 @@ class TelegramStub:
         message.text, message.html, message.entities = visible, text, entities
         message.reply_markup = markup
         message.edit_date = int(time.time())
+        self._touch(message)
         return self._message_json(message)
 
     async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> Any:
@@ -689,6 +744,7 @@ class TelegramStub:
         message.edits.append(message.version())
         message.reply_markup = markup
         message.edit_date = int(time.time())
+        self._touch(message)
         return self._message_json(message)
 
     async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
@@ -697,6 +753,7 @@ class TelegramStub:
         if message is None or message.deleted:
             raise bad_request("message to delete not found")
         message.deleted = True
+        self._touch(message)
         return True
 
     async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:
@@ -826,6 +883,7 @@ class TelegramStub:
         reply_to: int | None = None,
         document: StoredDocument | None = None,
         service: dict[str, Any] | None = None,
+        force_reply: dict[str, Any] | None = None,
     ) -> StoredMessage:
         message_id = self._next_message_id.get(chat.id, 1)
         self._next_message_id[chat.id] = message_id + 1
@@ -842,9 +900,15 @@ class TelegramStub:
             reply_to=reply_to,
             document=document,
             service=service,
+            force_reply=force_reply,
         )
         self._messages.setdefault(chat.id, {})[message_id] = message
+        self._touch(message)
         return message
+
+    def _touch(self, message: StoredMessage) -> None:
+        self._revision += 1
+        message.revision = self._revision
 
     def _inject_message(
         self, chat_id: int, user_id: int, service: dict[str, Any]
