@@ -12,10 +12,18 @@ def register(sub: Any) -> None:
     parser.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
     parser.add_argument("--chat-type", choices=("private", "group"), default="private")
     parser.add_argument("--templates", help="a folder of templates overriding the built-in ones")
+    parser.add_argument("--playground", nargs="?", const="http://127.0.0.1:8780/", metavar="URL",
+                        help="post the cards into a running playground (skald-telegram demo "
+                             "without a token) instead of printing them; default URL "
+                             "http://127.0.0.1:8780/")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.playground:
+        from bot.playground.post import post_command
+
+        return post_command(args)
     from bot.render.command import render_command
 
     return render_command(args)

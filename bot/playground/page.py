@@ -44,6 +44,7 @@ def page_routes(stub: TelegramStub, *, roles: Roles | None = None) -> list[BaseR
         Route("/playground/send", page.send, methods=["POST"]),
         Route("/playground/tap", page.tap, methods=["POST"]),
         Route("/playground/files/{file_id}", page.file, methods=["GET"]),
+        Route("/playground/bot", page.bot, methods=["GET"]),
     ]
 
 
@@ -119,6 +120,16 @@ class _Page:
         answer = await self.stub.answer_of(query_id, ANSWER_WAIT_S)
         result = {k: answer[k] for k in ("text", "show_alert", "url") if answer and k in answer}
         return JSONResponse({"ok": True, "result": result})
+
+    async def bot(self, request: Request) -> Response:
+        """Where a local tool posts as the playground's bot (``render --playground``): the
+        Bot API root with the playground's own throwaway token, and the chats to post in."""
+        chats = self.stub.world_json()["chats"]
+        return JSONResponse({
+            "api_root": f"{self.stub.api_url}/bot{self.stub.token}",
+            "private": next((c["id"] for c in chats if c["type"] == "private"), None),
+            "group": next((c["id"] for c in chats if c["type"] != "private"), None),
+        }, headers={"Cache-Control": "no-store"})
 
     async def file(self, request: Request) -> Response:
         document = self.stub.document(request.path_params["file_id"])
