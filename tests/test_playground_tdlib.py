@@ -101,7 +101,10 @@ _TAGS = [
     ('<pre><code class="language-diff">', "</code></pre>"), ("<blockquote>", "</blockquote>"),
     ("<blockquote expandable>", "</blockquote>"), ('<a href="https://example.com/x?a=1&amp;b=2">',
                                                      "</a>"),
-    ('<a href="tg://user?id=42">', "</a>"), ("<a>", "</a>"), ('<a href="not a url">', "</a>"),
+    ('<a href="tg://user?id=42">', "</a>"), ('<a href="tg://user/?a=1&amp;id=042">', "</a>"),
+    ('<a href="tg:user?id=7#x">', "</a>"), ('<a href="tg://resolve?domain=a b ">', "</a>"),
+    ('<a href="http://[::1]:8080/x y">', "</a>"), ('<a href="a(b).c:080/">', "</a>"),
+    ("<a>", "</a>"), ('<a href="not a url">', "</a>"),
     ("<a href=example.org>", "</a>"), ('<a href="mailto:ada@example.com">', "</a>"),
     ('<tg-emoji emoji-id="5368324170671202286">', "</tg-emoji>"),
     ("<B>", "</b>"),
@@ -111,7 +114,8 @@ _TAGS = [
 _NOISE = [
     "<br>", "<p>", "<div>", "</b>", "<", "<b", "<a href=", "<span>", "<tg-emoji emoji-id=x>",
     "<b x=>", "<b =1>", "<code class=language-py>", "<blockquote><blockquote>", "</",
-    "&#x110000;", "<a href='unterminated>",
+    "&#x110000;", "<a href='unterminated>", '<b x="1"/>', "<b/>", '<i"x>', "</>", "\r",
+    "\u2028", "\x01",
 ]  # fmt: skip
 
 _text = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)

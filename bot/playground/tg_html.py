@@ -121,7 +121,7 @@ _TD_SPACES = frozenset(" \t\r\n\v\0")  # "\0" stands for the end of the C string
 _REMOVED_CHARACTERS = frozenset(
     [chr(c) for c in range(0x2028, 0x202F)] + ["\u0333", "\u033f", "\u030a"]
 )
-_TG_USER_LINK = re.compile(r"tg:(?://)?user\?id=(\d+)", re.IGNORECASE)
+_MAX_USER_ID = (1 << 40) - 1
 
 
 def _is_ascii_alnum(c: str) -> bool:
@@ -260,7 +260,7 @@ class _Tokenizer:
                     f'Unclosed start tag "{name}" at byte offset {self.byte_offset(begin)}'
                 )
             attribute_begin = i
-            while src[i] not in _TD_SPACES and src[i] not in "=>":
+            while src[i] not in _TD_SPACES and src[i] not in "=>/\"'":
                 i += 1
             attribute = src[attribute_begin:i]
             if not attribute:
@@ -381,8 +381,11 @@ class _Tokenizer:
     def close_link(self, tag: _OpenTag, offset: int, length: int) -> None:
         anchor = "".join(self.out[tag.text_index :])
         href = tag.argument or anchor
-        if _TG_USER_LINK.fullmatch(href):
-            self.entities.append(Entity("text_mention", offset, length, url=href))
+        user_id = _link_user_id(href)
+        if user_id is not None:
+            self.entities.append(
+                Entity("text_mention", offset, length, url=f"tg://user?id={user_id}")
+            )
             return
         scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", href)
         if scheme and scheme.group(1).lower() not in {"http", "https", "tg", "ton"}:
@@ -437,6 +440,27 @@ def checked_link(href: str) -> str | None:
     ) + _checked_tail(tail)
 
 
+def _link_user_id(href: str) -> int | None:
+    """The user a ``tg://user?id=N`` link mentions, as tdlib's ``get_link_user_id`` reads it."""
+    link = _ascii_lower(href)
+    if not link.startswith("tg:"):
+        return None
+    link = link[3:].removeprefix("//")
+    if not link.startswith("user"):
+        return None
+    link = link[4:].removeprefix("/")
+    if not link.startswith("?"):
+        return None
+    for parameter in link[1:].partition("#")[0].split("&"):
+        key, _, value = parameter.partition("=")
+        if key == "id":
+            if not (value.isascii() and value.isdigit() and str(int(value)) == value):
+                return None
+            user_id = int(value)
+            return user_id if 0 < user_id <= _MAX_USER_ID else None
+    return None
+
+
 def _checked_app_link(scheme: str, rest: str) -> str | None:
     """A ``tg:`` or ``ton:`` link: a host of letters, digits, ``_`` and ``-``, then the rest."""
     if rest.startswith("//"):
@@ -445,12 +469,14 @@ def _checked_app_link(scheme: str, rest: str) -> str | None:
     host, tail = (rest[: split.start()], rest[split.start() :]) if split else (rest, "")
     if not host or not all(_is_ascii_alnum(c) or c in "_-" for c in host):
         return None
+    tail = _percent_encoded(tail.rstrip(_URL_SPACES))
     if not tail.startswith(("/", "?")):
         tail = "/" + tail
     return f"{scheme}://{_ascii_lower(host)}{tail}"
 
 
 _URL_PART_CHARACTERS = frozenset(".-_!$,~*'();&+=")
+_URL_SPACES = " \t\r\n\v\f\0"
 
 
 def _url_part_ok(part: str, *, colon: bool) -> bool:
@@ -479,9 +505,13 @@ def _valid_ipv6(address: str) -> bool:
 def _checked_tail(tail: str) -> str:
     """The path, query and fragment as stored: trailing spaces cut, control characters and
     spaces percent-encoded, a leading ``/`` added."""
-    tail = tail.rstrip(" \t\r\n\v\f\0")
+    tail = tail.rstrip(_URL_SPACES)
     if not tail.startswith("/"):
         tail = "/" + tail
+    return _percent_encoded(tail)
+
+
+def _percent_encoded(tail: str) -> str:
     return "".join(f"%{ord(c):02X}" if ord(c) <= 0x20 else c for c in tail)
 
 

@@ -294,7 +294,7 @@ function showChat() {
   const roles = (chat && state.world.roles[String(chat.id)]) || {};
   $("chat-members").textContent = chat && chat.type !== "private"
     ? chat.members.map((id) => roles[String(id)] ? `${userName(id)} (${roles[String(id)]})` : userName(id)).join(", ")
-    : "bot";
+    : `bot · private chat with ${userName(state.me)}`;
   const box = $("messages");
   box.replaceChildren();
   clearReply();
