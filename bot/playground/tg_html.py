@@ -470,6 +470,8 @@ def _checked_app_link(scheme: str, rest: str) -> str | None:
     if not host or not all(_is_ascii_alnum(c) or c in "_-" for c in host):
         return None
     tail = _percent_encoded(tail.rstrip(_URL_SPACES))
+    if tail.startswith("/?"):
+        tail = tail[1:]
     if not tail.startswith(("/", "?")):
         tail = "/" + tail
     return f"{scheme}://{_ascii_lower(host)}{tail}"
