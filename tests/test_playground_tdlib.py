@@ -115,7 +115,7 @@ _NOISE = [
     "<br>", "<p>", "<div>", "</b>", "<", "<b", "<a href=", "<span>", "<tg-emoji emoji-id=x>",
     "<b x=>", "<b =1>", "<code class=language-py>", "<blockquote><blockquote>", "</",
     "&#x110000;", "<a href='unterminated>", '<b x="1"/>', "<b/>", '<i"x>', "</>", "\r",
-    "\u2028", "\x01",
+    "\u2028", "\x01", "<b ", '<b x="1" ', "<b x ",
 ]  # fmt: skip
 
 _text = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)

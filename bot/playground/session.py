@@ -120,7 +120,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
 
 
 def _stand_in(token: str, port: int) -> TelegramStub:
-    stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME)
+    stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME,
+                        rate_limits=True)
     for person in (ADA, BOB, CAROL, DAVE):
         assert person.telegram_user_id is not None
         first, _, last = person.name.partition(" ")

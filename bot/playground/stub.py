@@ -22,6 +22,7 @@ import email.policy
 import html
 import json
 import logging
+import math
 import socket
 import time
 import urllib.parse
@@ -53,6 +54,10 @@ DEFAULT_UPDATE_TYPES = frozenset(
 PACED_METHODS = frozenset(
     {"sendMessage", "sendDocument", "editMessageText", "editMessageReplyMarkup"}
 )
+OVERALL_RATE = 30
+"""Messages a bot may send or edit in one second, all chats together (Telegram's bot FAQ)."""
+GROUP_RATE = 20
+"""Messages a bot may send or edit in one group in one minute (Telegram's bot FAQ)."""
 
 _QUERY_EXPIRED = "Bad Request: query is too old and response timeout expired or query ID is invalid"
 _NOT_MODIFIED = (
@@ -171,7 +176,7 @@ class RecordedRequest(NamedTuple):
     method: str
     params: dict[str, Any]
     at: float
-    """`loop.time()` when the request arrived."""
+    """When the request arrived, on the stand-in's clock (`loop.time()` by default)."""
 
 
 @dataclass
@@ -243,8 +248,15 @@ class TelegramStub:
         port: int = 0,
         bot_name: str = BOT_FIRST_NAME,
         bot_username: str = BOT_USERNAME,
+        rate_limits: bool = False,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        """``rate_limits`` answers 429 past Telegram's limits (:data:`OVERALL_RATE`,
+        :data:`GROUP_RATE`); tests that pace nothing leave it off. ``clock`` (seconds,
+        default the event loop's) times requests."""
         self.token = token
+        self.rate_limits = rate_limits
+        self._clock = clock
         self.port = port
         self.bot_name = bot_name
         self.bot_username = bot_username
@@ -396,11 +408,12 @@ class TelegramStub:
 
     def rate_limit_storm(self, times: int, retry_after: int) -> None:
         """The next `times` sendMessage calls get 429 "retry after `retry_after`"."""
+        refusal = _too_many(retry_after)
         self.fail_next(
             "sendMessage",
-            error_code=429,
-            description=f"Too Many Requests: retry after {retry_after}",
-            parameters={"retry_after": retry_after},
+            error_code=refusal.error_code,
+            description=refusal.description,
+            parameters=refusal.parameters,
             times=times,
         )
 
@@ -593,11 +606,13 @@ class TelegramStub:
     async def _call(self, method: str, params: dict[str, Any]) -> Any:
         handler = self._handlers.get(method.lower())
         canonical = handler.__name__.removeprefix("_api_") if handler else method
-        loop = asyncio.get_running_loop()
-        self.requests.append(RecordedRequest(canonical, params, loop.time()))
+        now = self._clock() if self._clock else asyncio.get_running_loop().time()
+        self.requests.append(RecordedRequest(canonical, params, now))
         self._changed.fire()
         if canonical in PACED_METHODS and isinstance(params.get("chat_id"), int):
-            self._paced.append((loop.time(), params["chat_id"]))
+            if self.rate_limits:
+                self._check_rate(now, params["chat_id"])
+            self._paced.append((now, params["chat_id"]))
         failures = self._failures.get(method.lower())
         if failures:
             failure = failures[0]
@@ -608,6 +623,16 @@ class TelegramStub:
         if handler is None:
             raise ApiError(404, "Not Found: method not found")
         return await handler(params)
+
+    def _check_rate(self, now: float, chat_id: int) -> None:
+        """Refuse a send or edit past Telegram's limits, as Telegram does (429)."""
+        overall = [t for t, _ in self._paced if now - t < 1.0]
+        if len(overall) >= OVERALL_RATE:
+            raise _too_many(1)
+        if chat_id < 0:
+            in_group = [t for t, chat in self._paced if chat == chat_id and now - t < 60.0]
+            if len(in_group) >= GROUP_RATE:
+                raise _too_many(max(1, math.ceil(60.0 - (now - in_group[0]))))
 
     # --- Bot API methods ----------------------------------------------------------------
 
@@ -1135,6 +1160,11 @@ def _check_button(button: Any) -> None:
         raise bad_request(
             "can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
         )
+
+
+def _too_many(retry_after: int) -> ApiError:
+    return ApiError(429, f"Too Many Requests: retry after {retry_after}",
+                    {"retry_after": retry_after})
 
 
 def _scope_key(params: dict[str, Any]) -> str:

@@ -255,10 +255,6 @@ class _Tokenizer:
             i = self.skip_spaces(i)
             if src[i] == ">":
                 break
-            if src[i] == "\0":
-                raise self.refuse(
-                    f'Unclosed start tag "{name}" at byte offset {self.byte_offset(begin)}'
-                )
             attribute_begin = i
             while src[i] not in _TD_SPACES and src[i] not in "=>/\"'":
                 i += 1
@@ -269,6 +265,10 @@ class _Tokenizer:
                     f"{self.byte_offset(begin)}"
                 )
             i = self.skip_spaces(i)
+            if src[i] == "\0":
+                raise self.refuse(
+                    f'Unclosed start tag "{name}" at byte offset {self.byte_offset(begin)}'
+                )
             value = ""
             if src[i] == "=":
                 value, i = self.attribute_value(name, begin, self.skip_spaces(i + 1))
