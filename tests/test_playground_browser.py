@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
@@ -29,6 +30,15 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 TIMEOUT_S = 30.0
 SECRET = "sk_live_demo_51Hq7c2e9Fa04b3d"
+RICH = (
+    "Formatting: <b>bold</b> <i>italic</i> <u>under</u> <s>struck</s> <code>code</code>\n"
+    '<pre><code class="language-python">print(1)</code></pre>\n'
+    "<blockquote>a quote</blockquote>\n"
+    "<blockquote expandable>a long quote\nwith\nmany\nlines\nmore\nstill</blockquote>\n"
+    '<a href="https://example.com/runs/7">the run</a> '
+    '<tg-emoji emoji-id="5368324170671202286">👍</tg-emoji> '
+    "<tg-spoiler>hidden words</tg-spoiler>"
+)
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +109,7 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
 def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -> None:
     url = terminal.wait_for(r"Open (http://127\.0\.0\.1:\d+/)").group(1)
     assert "127.0.0.1 only" in terminal.lines[1]
-    context = browser.new_context(viewport={"width": 1180, "height": 860})
+    context = browser.new_context(viewport={"width": 1180, "height": 860}, accept_downloads=True)
     context.set_default_timeout(TIMEOUT_S * 1000)
     expect.set_options(timeout=TIMEOUT_S * 1000)
     page = context.new_page()
@@ -149,6 +159,49 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         expect(page.locator("#alert")).to_be_visible()
         expect(page.locator("#alert-text")).to_contain_text("You can watch but not decide here")
         expect(page.locator("#alert-text")).to_contain_text("Ada Lovelace")
+        page.locator("#alert-ok").click()
+
+        # Anything posted through the Bot API shows up, drawn from its text and entities.
+        page.locator("#who").select_option(label="Ada Lovelace")
+        page.locator(".chat-item", has_text="Skald Playground").click()
+        bot = httpx.get(f"{url}playground/bot").json()
+        sent = httpx.post(f"{bot['api_root']}/sendMessage", json={
+            "chat_id": bot["private"], "text": RICH, "parse_mode": "HTML",
+            "reply_markup": {"inline_keyboard": [[
+                {"text": "Docs", "url": "https://example.com/docs"},
+                {"text": "Copy id", "copy_text": {"text": "apr_42"}}]]},
+        })  # fmt: skip
+        assert sent.json()["ok"] is True, sent.text
+        rich = page.locator(".message", has_text="Formatting").first
+        for selector in ("b", "i", "u", "s", "code.inline", "blockquote:not(.expandable)",
+                         "a[href='https://example.com/runs/7']", ".custom-emoji", ".spoiler"):
+            expect(rich.locator(selector)).to_have_count(1)
+        expect(rich.locator("pre code[data-language='python']")).to_have_text("print(1)")
+        quote = rich.locator("blockquote.expandable")
+        expect(quote).to_have_class(re.compile("collapsed"))
+        quote.click()
+        expect(quote).not_to_have_class(re.compile("collapsed"))
+        expect(rich.locator(".custom-emoji")).to_have_text("👍")
+        assert "hidden words" not in rich.inner_text()
+        expect(rich.get_by_role("button", name="Docs")).to_be_visible()
+        rich.get_by_role("button", name="Copy id").click()
+        expect(page.locator("#toast")).to_have_text("Copied to clipboard")
+
+        refused = httpx.post(f"{bot['api_root']}/sendMessage", json={
+            "chat_id": bot["private"], "text": "<b>unclosed", "parse_mode": "HTML"})
+        assert refused.status_code == 400
+        assert refused.json()["description"].startswith("Bad Request: can't parse entities")
+
+        document = httpx.post(f"{bot['api_root']}/sendDocument",
+                              data={"chat_id": str(bot["private"]), "caption": "the log"},
+                              files={"document": ("build.log", b"all green\n", "text/plain")})
+        assert document.json()["ok"] is True, document.text
+        link = page.locator(".message", has_text="the log").locator("a.document")
+        expect(link).to_have_attribute("download", "build.log")
+        with page.expect_download() as download:
+            link.click()
+        saved = Path(download.value.path())
+        assert saved.read_bytes() == b"all green\n"
     finally:
         context.close()
     assert terminal.stop() == 0
