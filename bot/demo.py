@@ -32,7 +32,6 @@ from typing import Any, Final, TextIO
 import segno
 from telegram import Chat, User
 
-from bot.agent import Agent
 from bot.app import Bot, Running
 from bot.config import DEFAULT_API_URL, load_config, parse_config
 from bot.errors import ConfigError, SkaldError
@@ -43,6 +42,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import ApprovalDecision, ClarificationAnswer, Person
 from bot.relay.server import RelayServer
 from bot.render import Renderer
+from bot.testing.agent import Agent
 from bot.tg.gateway import Gateway
 
 log = logging.getLogger(__name__)
@@ -359,12 +359,11 @@ async def pair_chat(running: Running, agent: Agent, chat_id: int, person: Person
     """Pair the demo agent with the bot, bound to ``chat_id`` as asked by ``person``, and
     say so in the chat; False if the agent did not accept in time."""
     uri = parse_pairing_uri(agent.new_pairing_uri())
-    running.bridge.start_pairing(uri, chat_id=chat_id, topic_id=None,
-                                 requested_by=person.telegram_user_id)
+    running.apply(running.bridge.start_pairing(uri, chat_id=chat_id, topic_id=None,
+                                               requested_by=person.telegram_user_id))
     running.relays.ensure(agent.relay_url)
     try:
-        await agent.wait_for(lambda _agent: running.bridge.pairing_done(uri.agent.id),
-                             timeout=PAIRING_TIMEOUT_S)
+        await running.wait_until_paired(uri.agent.id, timeout=PAIRING_TIMEOUT_S)
     except TimeoutError:
         return False
     html = renderer.message("demo_paired", agent=agent.identity.name)

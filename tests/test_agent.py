@@ -7,11 +7,10 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
+from conftest import eventually
 
-from bot.agent import Agent
 from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import open_envelope, seal
@@ -29,9 +28,10 @@ from bot.protocol.payloads import (
     UnknownPayload,
     encode_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
+from bot.testing.agent import Agent
+from bot.testing.replay import MemoryReplayGuard
 
 TIMEOUT = 10.0
 ADA = Person(name="Ada Lovelace", telegram_user_id=4242, username="ada")
@@ -62,12 +62,6 @@ CLARIFICATION: dict[str, object] = {
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 class Device:
@@ -127,12 +121,6 @@ class Device:
     async def close(self) -> None:
         await self.client.stop()
         await self._task
-
-
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
-    async with RelayServer(tmp_path / "relay") as server:
-        yield server
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from world import (
 )
 
 from bot.cli import main as cli_main
+from bot.cli.pair import pair
 from bot.config import parse_config
 from bot.health import write_status
 from bot.protocol.encoding import args_sha256
@@ -141,7 +142,7 @@ async def test_stale_duplicate_and_forged_taps_send_nothing_twice(tmp_path: Path
         await asyncio.sleep(0)  # let any wrongly sent envelope reach the outbox
         await world.agent.wait_for(lambda a: a.unsent == 0)
         assert len(world.agent.decisions) == 1
-        rows = world.running.store.audit_rows(events=("tap",))
+        rows = world.running.store.audit.rows(events=("tap",))
         assert [(r.detail["allowed"], r.detail["refusal"]) for r in rows] == [
             (True, None), (False, "closed"), (False, "unknown_card"), (False, "outdated")]
         assert all(r.user_id == ADA for r in rows)
@@ -186,11 +187,11 @@ async def test_relay_restart_loses_no_decision(tmp_path: Path) -> None:
         await world.relay.close()
         world.tap(ADA, card, ADA, "Approve")
         await world.wait_card(ADA, "apr_relay", lambda m: "Approved by" in m.text)
-        assert world.running.store.outbox_depth() == 1
+        assert world.running.store.outbox.depth() == 1
         async with RelayServer(tmp_path / "relay", port=port):
             await world.agent.wait_for(lambda a: len(a.decisions) == 1, timeout=20)
             assert world.agent.decisions[0].approval_id == "apr_relay"
-        assert world.running.store.outbox_depth() == 0
+        assert world.running.store.outbox.depth() == 0
 
 
 async def test_rate_limit_storm_and_parse_error_lose_no_card(tmp_path: Path) -> None:
@@ -223,7 +224,8 @@ async def test_chat_migration_moves_cards_and_keeps_the_chat_settings(tmp_path: 
             world.agent.submit_approval(approval("apr_before"))
             await world.wait_card(old, "apr_before")
             world.tg.migrate_group(old, new)
-            await world.tg.wait_for(lambda tg: world.running.store.bindings_for_chat(new) != [])
+            agents = world.running.store.agents
+            await world.tg.wait_for(lambda tg: agents.bindings_for_chat(new) != [])
             world.agent.submit_approval(approval("apr_after"))
             card = await world.wait_card(new, "apr_after")
             refused = world.tap(new, card, ADA, "Approve")
@@ -238,7 +240,7 @@ async def test_blocked_chat_stops_sending(tmp_path: Path) -> None:
         await world.pair(ADA)
         world.tg.block_bot(ADA)
         world.agent.submit_approval(approval("apr_blocked"))
-        await world.tg.wait_for(lambda tg: world.running.store.chat_forbidden(ADA))
+        await world.tg.wait_for(lambda tg: world.running.store.chats.forbidden(ADA))
         sends = len(world.tg.calls("sendMessage"))
         world.agent.submit_approval(approval("apr_blocked_2"))
         await world.agent.wait_for(lambda a: a.unsent == 0)
@@ -279,7 +281,8 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
         assert code == 0
         assert len(world.agent.peers) == 1
         store = Store.open(tmp_path / "state" / "skald-telegram.sqlite3")
-        assert [b.chat_id for b in store.bindings_for_agent(world.agent.identity.id)] == [ADA]
+        bindings = store.agents.bindings_for_agent(world.agent.identity.id)
+        assert [b.chat_id for b in bindings] == [ADA]
         store.close()
 
         bad = await asyncio.to_thread(
@@ -293,9 +296,7 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
         (tmp_path / "state" / "status.json").unlink()
         nobody = Identity.generate("nobody")
         unanswered = format_pairing_uri("ws://127.0.0.1:9/v1/connect", nobody.card, bytes(16))
-        code = await asyncio.to_thread(cli_main, [
-            "pair", "--config", str(config_file), "--chat", str(ADA), "--timeout", "1",
-            unanswered])
+        code = await asyncio.to_thread(pair, str(config_file), unanswered, ADA, timeout=1)
         assert code == 1
 
 

@@ -347,7 +347,7 @@ async def test_rate_limits_are_telegrams_when_asked_for() -> None:
 
             for n in range(1, 30):
                 await bot.send_message(ALICE + n, "private")
-            with pytest.raises(RetryAfter, match="Retry in 1"):
+            with pytest.raises(RetryAfter, match="Retry in"):
                 await bot.send_message(ALICE + 30, "the 31st this second")
             now[0] += 1
             await bot.send_message(ALICE + 30, "a second later")

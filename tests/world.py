@@ -3,7 +3,6 @@ local Telegram Bot API stand-in, all on loopback in the test's event loop."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -11,24 +10,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.agent import Agent
 from bot.app import Bot, Running
 from bot.config import Config, parse_config
 from bot.playground.stub import StoredMessage, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.server import RelayServer
+from bot.testing.agent import Agent
 
 TOKEN = "123456:TEST-token"
 ADA, BOB, CAROL, DAVE = 4242, 4343, 4444, 4545
 OPS_GROUP = -1001234567890
 FAST_RELAY = {"backoff_initial": 0.05, "backoff_max": 0.5}
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait for a condition that no event announces (the bot's own database)."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 def iso(delta: timedelta = timedelta()) -> str:

@@ -24,6 +24,6 @@ def run(args: argparse.Namespace) -> int:
         from bot.playground.post import post_command
 
         return post_command(args)
-    from bot.render.command import render_command
+    from bot.preview import render_command
 
     return render_command(args)

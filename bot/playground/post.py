@@ -16,10 +16,10 @@ from typing import Any, Final
 
 import httpx
 
-from bot.errors import RenderError, TelegramError
+from bot.errors import BotApiError, RenderError
+from bot.preview import load_items
 from bot.protocol.payloads import InboxUpdate
 from bot.render.cards import RenderedCard, Renderer
-from bot.render.command import load_items
 from bot.render.values import SecretsMode
 
 DEFAULT_URL: Final = "http://127.0.0.1:8780/"
@@ -98,7 +98,7 @@ def _post(client: httpx.Client, url: str, **request: Any) -> dict[str, Any]:
     try:
         body = client.post(url, **request).json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise TelegramError(f"the playground stopped answering: {exc}") from exc
+        raise BotApiError(f"the playground stopped answering: {exc}") from exc
     if not isinstance(body, dict):
-        raise TelegramError("the playground answered something that is not a Bot API reply")
+        raise BotApiError("the playground answered something that is not a Bot API reply")
     return body

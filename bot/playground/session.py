@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TextIO
 
-from bot.agent import Agent
 from bot.app import Bot
 from bot.config import parse_config
 from bot.errors import SkaldError
@@ -30,6 +29,7 @@ from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
 from bot.relay.server import RelayServer
 from bot.render import Renderer
+from bot.testing.agent import Agent
 
 DEFAULT_PORT: Final = 8780
 """Where the page and the Bot API stand-in listen unless ``--port`` says otherwise."""

@@ -5,7 +5,7 @@ It keeps an inbox of approvals and clarifications, pairs devices with one-time p
 URIs, pushes a complete ``inbox_update`` to every paired device on every change, and
 applies the decisions and answers it receives (protocol §3, §5). Everything is held in
 memory: outgoing envelopes in a :class:`~bot.relay.client.MemoryOutbox`, the replay set in
-a :class:`~bot.protocol.replay.MemoryReplayGuard`.
+a :class:`~bot.testing.replay.MemoryReplayGuard`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from bot.protocol.payloads import (
     Payload,
     raw_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
+from bot.testing.replay import MemoryReplayGuard
 
 log = logging.getLogger(__name__)
 
