@@ -41,9 +41,13 @@ RICH = (
 )
 
 
-@pytest.fixture(scope="session")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    """One Chromium for the whole session (it takes a second to start)."""
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium for every browser test, all in this module (it takes a second to start).
+
+    Module scope, not session scope: Playwright's synchronous API keeps an event loop
+    running in this thread until it exits, and the asynchronous tests need the thread back.
+    """
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
