@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -17,12 +16,12 @@ from telegram import error as tg_error
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaults
 
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
-from bot.clock import Clock
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Config
 from bot.errors import BotApiError
 from bot.health import HEARTBEAT_S, write_status
 from bot.keyfile import load_or_create_identity
-from bot.relays import RelayPool
+from bot.relay_pool import RelayPool
 from bot.render import Renderer
 from bot.signals import until_signalled
 from bot.store import Store
@@ -102,7 +101,7 @@ class Bot:
         self,
         config: Config,
         *,
-        clock: Clock = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         on_start: OnStart | None = None,
         relay_options: dict[str, float] | None = None,
     ) -> None:
@@ -153,7 +152,7 @@ class Bot:
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
                             clock=self._clock)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
-                        approvers=approvers.of, redraw=worker.wake)
+                        approvers=approvers.of, redraw=worker.wake, clock=self._clock)
         changed = asyncio.Event()
         pool = RelayPool(bridge, after=Redraw(worker, timers, changed), **self._relay_options)
         handlers = Handlers(

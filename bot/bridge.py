@@ -18,7 +18,7 @@ import secrets
 import uuid
 from dataclasses import dataclass, field
 
-from bot.clock import Clock, from_ms, now_ms, to_ms
+from bot.clock import Clock, from_ms, to_ms
 from bot.config import ChatPolicy, Config
 from bot.core.inbox import plan_update, remind_at
 from bot.core.model import CardRow, ChatKind, DecisionRow, ItemRow, Pairing, Peer, parse_item
@@ -105,7 +105,7 @@ class Bridge:
         self._clock = clock
 
     def now_ms(self) -> int:
-        return now_ms(self._clock)
+        return self._clock.now_ms()
 
     def policy(self, chat_id: int) -> ChatPolicy:
         """A chat's rules from the configuration, following supergroup migrations. A chat

@@ -23,7 +23,7 @@ from bot.protocol.payloads import (
     parse_inbox_update,
     parse_payload,
 )
-from bot.render.cards import RenderedCard, Renderer
+from bot.render.renderer import RenderedCard, Renderer
 from bot.render.values import SecretsMode
 
 

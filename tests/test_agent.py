@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from conftest import eventually
 
+from bot.clock import Clock
 from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import open_envelope, seal
@@ -272,8 +273,13 @@ async def test_inbox_request_and_resolve(agent: Agent, device: Device) -> None:
 
 
 async def test_rev_is_strictly_increasing_from_the_clock(relay: RelayServer) -> None:
-    frozen = now_ms()
-    agent = Agent(Identity.generate("build-bot"), relay.url, clock_ms=lambda: frozen)
+    frozen = now_ms() // 1000 * 1000  # whole seconds: exact as float seconds
+
+    class Frozen(Clock):
+        def time(self) -> float:
+            return frozen / 1000
+
+    agent = Agent(Identity.generate("build-bot"), relay.url, clock=Frozen())
     assert agent.rev == frozen
     agent.submit_approval(APPROVAL)
     agent.submit_clarification(CLARIFICATION)

@@ -214,11 +214,12 @@ async def test_reminder_mentions_approvers_who_have_not_tapped(tmp_path: Path) -
             world.tg.send_text(OPS_GROUP, BOB, "/help")  # the bot learns Bob's name
             await world.pair(OPS_GROUP)
             world.agent.submit_approval(approval(
-                "apr_remind", created_at=iso(), expires_at=iso(timedelta(seconds=4))))
+                "apr_remind", created_at=iso(), expires_at=iso(timedelta(seconds=60))))
             card = await world.wait_card(OPS_GROUP, "apr_remind")
-            world.tap(OPS_GROUP, card, ADA, "Approve")
+            await world.answer_of(world.tap(OPS_GROUP, card, ADA, "Approve"))
+            world.clock.advance(timedelta(seconds=48.5))  # a reminder at 80 % of the time
             await world.tg.wait_for(lambda tg: any(
-                "Still waiting" in m.text for m in tg.bot_messages(OPS_GROUP)), timeout=15)
+                "Still waiting" in m.text for m in tg.bot_messages(OPS_GROUP)))
             reminder = next(m for m in world.tg.bot_messages(OPS_GROUP)
                             if "Still waiting" in m.text)
             assert reminder.reply_to == card.message_id

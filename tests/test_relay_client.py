@@ -18,6 +18,7 @@ from conftest import eventually
 from websockets.asyncio.server import ServerConnection, serve
 
 from bot.bridge import Bridge
+from bot.clock import SYSTEM_CLOCK
 from bot.config import Config
 from bot.errors import RelayError
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
@@ -211,7 +212,7 @@ async def test_the_durable_outbox_survives_a_restart(
         store.outbox.add(relay.url, env, now_ms=n)
     store.close()  # the process ends before anything reached the relay
     reopened = Store.open(tmp_path / "bot.sqlite3")
-    bridge = Bridge(identity=alice, store=reopened, config=Config(), clock=time.time)
+    bridge = Bridge(identity=alice, store=reopened, config=Config(), clock=SYSTEM_CLOCK)
     a, b = Peer(relay.url, alice, outbox=bridge), Peer(relay.url, bob)
     a.start()
     b.start()

@@ -16,6 +16,7 @@ from bot.playground.stub import StoredMessage, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.server import RelayServer
 from bot.testing.agent import Agent
+from bot.testing.clock import ShiftedClock
 
 TOKEN = "123456:TEST-token"
 ADA, BOB, CAROL, DAVE = 4242, 4343, 4444, 4545
@@ -70,6 +71,8 @@ class World:
     agent: Agent
     tmp: Path
     config: Config
+    clock: ShiftedClock
+    """The bot's clock: tests move it forward instead of waiting."""
     bot: Running | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -154,7 +157,7 @@ async def make_world(tmp: Path, **telegram: Any) -> AsyncIterator[World]:
         agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
         await agent.start()
         config = parse_config(bot_config(tmp, tg.api_url, **telegram), base=tmp)
-        world = World(tg, relay, agent, tmp, config)
+        world = World(tg, relay, agent, tmp, config, ShiftedClock())
         try:
             yield world
         finally:
@@ -163,7 +166,8 @@ async def make_world(tmp: Path, **telegram: Any) -> AsyncIterator[World]:
 
 @contextlib.asynccontextmanager
 async def running_bot(world: World, config: Config | None = None) -> AsyncIterator[Running]:
-    async with Bot(config or world.config, relay_options=FAST_RELAY) as running:
+    async with Bot(config or world.config, clock=world.clock,
+                   relay_options=FAST_RELAY) as running:
         world.bot = running
         try:
             yield running

@@ -55,19 +55,19 @@ def pair(config_argument: str | None, uri_text: str, chat_id: int,
 
 async def _pair(config: Config, uri_text: str, chat_id: int, timeout: float) -> int:
     import asyncio
-    import time
 
     from bot.bridge import Bridge, wait_until_paired
     from bot.cli.identity import device_identity
+    from bot.clock import SYSTEM_CLOCK
     from bot.protocol.pairing import parse_pairing_uri
-    from bot.relays import RelayPool
+    from bot.relay_pool import RelayPool
     from bot.store import Store
 
     uri = parse_pairing_uri(uri_text)
     store = Store.open(config.database_path)
     changed = asyncio.Event()
     bridge = Bridge(identity=device_identity(config), store=store, config=config,
-                    clock=time.time)
+                    clock=SYSTEM_CLOCK)
     pool = RelayPool(bridge, after=lambda _changes: changed.set())
     try:
         pool.apply(bridge.start_pairing(uri, chat_id=chat_id, topic_id=None, requested_by=None))

@@ -2,7 +2,7 @@
 
 ``telegram.error.*`` becomes our own errors (:class:`bot.errors.ChatMoved`,
 :class:`~bot.errors.ChatUnavailable`, :class:`~bot.errors.Throttled`,
-:class:`~bot.errors.MessageGone`, :class:`~bot.errors.TelegramError`). Two Telegram answers
+:class:`~bot.errors.MessageGone`, :class:`~bot.errors.BotApiError`). Two Telegram answers
 are handled here for every caller: "message is not modified" is success, and "can't parse
 entities" is retried once as plain text so no card is ever lost to a markup problem.
 """

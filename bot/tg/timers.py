@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from bot.bridge import REPLAY_PRUNE_EVERY_MS, Bridge
-from bot.clock import maybe_from_ms
+from bot.clock import Clock, maybe_from_ms
 from bot.core.model import CardRow
 from bot.errors import BotApiError, SkaldError
 from bot.render import Renderer
@@ -31,6 +30,7 @@ class Timers:
         renderer: Renderer,
         approvers: Callable[[int], Awaitable[frozenset[int]]],
         redraw: Callable[[], None],
+        clock: Clock,
     ) -> None:
         self._bridge = bridge
         self._view = bridge.view
@@ -38,6 +38,7 @@ class Timers:
         self._renderer = renderer
         self._approvers = approvers
         self._redraw = redraw
+        self._clock = clock
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -57,7 +58,7 @@ class Timers:
                     last_prune = now
             except SkaldError as exc:
                 log.warning("timers: %s; trying again in %.0f s", exc, RETRY_S)
-                await asyncio.sleep(RETRY_S)
+                await self._clock.sleep(RETRY_S)
                 continue
             await self._sleep_until_due(now)
 
@@ -68,8 +69,7 @@ class Timers:
         if due:
             timeout = min(timeout, max(0.0, (min(due) - now) / 1000))
         self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout + 0.01)
+        await self._clock.wait(self._wake, timeout + 0.01)
 
     async def _send_reminders(self) -> None:
         for card in self._view.cards.due_reminder(self._bridge.now_ms()):
@@ -94,7 +94,7 @@ class Timers:
         )
         await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
                                  reply_to=card.message_id)
-        self._bridge.reminder_sent(card, [uid for uid in sorted(approvers - tapped)])
+        self._bridge.reminder_sent(card, sorted(approvers - tapped))
         log.info("reminded %d approver(s) of %s in chat %s", len(waiting), card.item_id,
                  card.chat_id)
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from bot.bridge import Bridge
-from bot.clock import Clock, from_ms, now_ms
+from bot.clock import Clock, from_ms
 from bot.config import Config
 from bot.core.model import CardRow
 from bot.core.status import card_status, render_card
@@ -94,14 +94,14 @@ class CardWorker:
 
     async def _drain(self, chat_id: int) -> None:
         while not self._stopping and not self._view.chats.forbidden(chat_id):
-            now = self._clock()
+            now = self._clock.time()
             cards = self._view.cards.dirty(chat_id)
             ready = [c for c in cards if self._retry_at.get(c.card_id, 0.0) <= now]
             if not ready:
                 if not cards:
                     return
                 wake_at = min(self._retry_at[c.card_id] for c in cards)
-                await asyncio.sleep(min(max(wake_at - now, 0.0), 1.0))
+                await self._clock.sleep(min(max(wake_at - now, 0.0), 1.0))
                 continue
             for card in ready:
                 if self._stopping:
@@ -114,8 +114,8 @@ class CardWorker:
                 except Throttled as exc:
                     log.warning("Telegram asked to wait %.1f s (chat %s)", exc.retry_after,
                                 chat_id)
-                    self._paused_until = self._clock() + exc.retry_after
-                    await asyncio.sleep(exc.retry_after)
+                    self._paused_until = self._clock.time() + exc.retry_after
+                    await self._clock.sleep(exc.retry_after)
                     break
                 except ChatMoved as exc:
                     self._bridge.chat_migrated(exc.old_chat_id, exc.new_chat_id, force=True)
@@ -141,7 +141,7 @@ class CardWorker:
         failures = self._failures.get(card.card_id, 0) + 1
         self._failures[card.card_id] = failures
         delay = min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S)
-        self._retry_at[card.card_id] = self._clock() + delay
+        self._retry_at[card.card_id] = self._clock.time() + delay
         if isinstance(exc, SkaldError):
             log.warning("could not update card %s in chat %s (attempt %d, next in %.0f s): %s",
                         card.card_id, card.chat_id, failures, delay, exc)
@@ -153,17 +153,17 @@ class CardWorker:
     async def _paced(self, chat_id: int) -> AsyncIterator[None]:
         """Keep ``chat_pace_s`` between the end of one request to a chat and the start of
         the next (measured after the request, which may have waited in the rate limiter)."""
-        now = self._clock()
+        now = self._clock.time()
         wait = max(
             self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
             self._paused_until - now,
         )
         if wait > 0:
-            await asyncio.sleep(wait)
+            await self._clock.sleep(wait)
         try:
             yield
         finally:
-            self._last_send[chat_id] = self._clock()
+            self._last_send[chat_id] = self._clock.time()
 
     async def _show(self, card: CardRow) -> None:
         view = self._view
@@ -195,7 +195,7 @@ class CardWorker:
             status,
             agent_name=peer.name if peer else card.agent_id[:8],
             secrets=policy.secrets,
-            now=from_ms(now_ms(self._clock)),
+            now=from_ms(self._clock.now_ms()),
         )
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound)
