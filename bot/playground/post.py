@@ -19,7 +19,7 @@ import httpx
 from bot.errors import BotApiError, RenderError
 from bot.preview import load_items
 from bot.protocol.payloads import InboxUpdate
-from bot.render.cards import RenderedCard, Renderer
+from bot.render import RenderedCard, Renderer
 from bot.render.values import SecretsMode
 
 DEFAULT_URL: Final = "http://127.0.0.1:8780/"
