@@ -19,7 +19,7 @@ from test_demo import Output
 
 from bot.cli import main as cli_main
 from bot.playground.page import page_routes
-from bot.playground.session import ADA, DAVE, OPS_TEAM, PlaygroundOptions, run_playground
+from bot.playground.session import OPS_TEAM, YOU, PlaygroundOptions, run_playground
 from bot.playground.stub import TelegramStub
 
 TIMEOUT = 15.0
@@ -154,8 +154,7 @@ def _button(message: dict[str, Any], label: str) -> str:
 
 async def test_the_page_feed_and_actions(playground: tuple[str, Output]) -> None:
     url, out = playground
-    assert ADA.telegram_user_id is not None and DAVE.telegram_user_id is not None
-    ada, dave = ADA.telegram_user_id, DAVE.telegram_user_id
+    ada, dave = YOU, 1004
     feed = Feed()
     async with httpx.AsyncClient(timeout=TIMEOUT) as client:
         follower = asyncio.create_task(feed.follow(client, url))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bot.playground import DEFAULT_PORT
+
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
@@ -18,9 +20,9 @@ def register(sub: Any) -> None:
                         help="run the local playground even with a token (the default without)")
     parser.add_argument("--no-browser", action="store_true",
                         help="playground: print the page's address, do not open a browser")
-    parser.add_argument("--port", type=int, default=8780,
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="playground: the page and Bot API port on 127.0.0.1 "
-                             "(default 8780; 0 for any free port)")
+                             f"(default {DEFAULT_PORT}; 0 for any free port)")
     parser.set_defaults(handler=run)
 
 

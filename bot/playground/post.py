@@ -22,7 +22,6 @@ from bot.protocol.payloads import InboxUpdate
 from bot.render import RenderedCard, Renderer
 from bot.render.values import SecretsMode
 
-DEFAULT_URL: Final = "http://127.0.0.1:8780/"
 TIMEOUT_S: Final = 10.0
 
 

@@ -22,8 +22,10 @@ from typing import Final, TextIO
 
 from bot.app import Bot
 from bot.config import parse_config
+from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs, until_signalled
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
+from bot.playground import DEFAULT_PORT
 from bot.playground.page import page_routes
 from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
@@ -31,17 +33,18 @@ from bot.relay.server import RelayServer
 from bot.render import Renderer
 from bot.testing.agent import Agent
 
-DEFAULT_PORT: Final = 8780
-"""Where the page and the Bot API stand-in listen unless ``--port`` says otherwise."""
 BOT_NAME: Final = "Skald Playground"
 BOT_USERNAME: Final = "skald_playground_bot"
 ADA: Final = Person("Ada Lovelace", 1001, "ada")
 BOB: Final = Person("Bob Builder", 1002, "bob")
 CAROL: Final = Person("Carol Shaw", 1003, "carol")
 DAVE: Final = Person("Dave Reed", 1004, "dave")
+YOU: Final = 1001
+"""Ada's user id: the page acts as her first, and her private chat has this id."""
 OPS_TEAM: Final = -1001000000042
 OPS_TITLE: Final = "Ops team"
-OPS_APPROVERS: Final = (ADA, BOB, CAROL)
+OPS_APPROVERS: Final = (1001, 1002, 1003)
+OPS_OBSERVERS: Final = (1004,)
 OPS_QUORUM: Final = 2
 
 LOOPBACK_NOTICE: Final = (
@@ -68,8 +71,6 @@ class PlaygroundOptions:
 async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                          out: TextIO) -> int:
     """Run the playground until ``stop`` is set; the exit code."""
-    from bot.demo import DemoAgent
-
     def say(line: str) -> None:
         print(line, file=out, flush=True)
 
@@ -84,7 +85,7 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
         stub = _stand_in(token, options.port)
         try:
             async with stub, RelayServer(state / "relay", host=LOOPBACK) as relay:
-                identity = load_or_create_identity(state / "demo-agent.json", "Skald demo agent")
+                identity = load_or_create_identity(state / "demo-agent.json", AGENT_NAME)
                 agent = Agent(identity, relay.url)
                 demo = DemoAgent(agent, out)
                 await agent.start()
@@ -92,11 +93,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                     config = parse_config(_config(token, stub.api_url, options), base=state)
                     async with Bot(config) as running:
                         renderer = Renderer(config.templates_dir)
-                        from bot.demo import pair_chat
-
-                        for chat_id, place in ((ADA.telegram_user_id, "your private chat"),
+                        for chat_id, place in ((YOU, "your private chat"),
                                                (OPS_TEAM, f"the group “{OPS_TITLE}”")):
-                            assert chat_id is not None
                             if not await pair_chat(running, agent, chat_id, ADA, demo, renderer):
                                 raise PlaygroundError("the demo agent did not pair in time")
                             say(f"🔗 Paired the demo agent with {place}.")
@@ -123,34 +121,34 @@ def _stand_in(token: str, port: int) -> TelegramStub:
     stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME,
                         rate_limits=True)
     for person in (ADA, BOB, CAROL, DAVE):
-        assert person.telegram_user_id is not None
         first, _, last = person.name.partition(" ")
-        stub.add_user(person.telegram_user_id, first, last or None, username=person.username)
-    assert ADA.telegram_user_id is not None
-    stub.add_private_chat(ADA.telegram_user_id)
-    members = [p.telegram_user_id for p in (BOB, CAROL, DAVE) if p.telegram_user_id]
-    stub.add_group(OPS_TEAM, OPS_TITLE, admins=[ADA.telegram_user_id], members=members)
-    roles = {p.telegram_user_id: "approver" for p in OPS_APPROVERS if p.telegram_user_id}
-    if DAVE.telegram_user_id is not None:
-        roles[DAVE.telegram_user_id] = "observer"
+        stub.add_user(_user_id(person), first, last or None, username=person.username)
+    stub.add_private_chat(YOU)
+    members = [user for user in (*OPS_APPROVERS, *OPS_OBSERVERS) if user != YOU]
+    stub.add_group(OPS_TEAM, OPS_TITLE, admins=[YOU], members=members)
+    roles = {**dict.fromkeys(OPS_APPROVERS, "approver"), **dict.fromkeys(OPS_OBSERVERS,
+                                                                         "observer")}
     stub.add_routes(page_routes(stub, roles={OPS_TEAM: roles}))
     return stub
 
 
+def _user_id(person: Person) -> int:
+    assert person.telegram_user_id is not None
+    return person.telegram_user_id
+
+
 def _config(token: str, api_url: str, options: PlaygroundOptions) -> dict[str, object]:
     return {
-        "telegram": {"token": token, "api_url": api_url, "admins": [ADA.telegram_user_id],
+        "telegram": {"token": token, "api_url": api_url, "admins": [YOU],
                      "chat_pace_seconds": options.chat_pace_s},
         "state": {"dir": "bot"},
         "chats": [{"id": OPS_TEAM, "required_approvals": OPS_QUORUM,
-                   "approvers": [p.telegram_user_id for p in OPS_APPROVERS]}],
+                   "approvers": list(OPS_APPROVERS)}],
     }
 
 
 def playground_command(args: argparse.Namespace) -> int:
     """``skald-telegram demo`` in playground mode."""
-    from bot.demo import quiet_logs, until_signalled
-
     quiet_logs(args.verbose)
     options = PlaygroundOptions(
         state=Path(args.state) if args.state else None,

@@ -754,11 +754,7 @@ class TelegramStub:
         markup = _inline_markup(params.get("reply_markup"))
         if (visible, entities, markup) == (message.text, message.entities, message.reply_markup):
             raise ApiError(400, _NOT_MODIFIED)
-        message.edits.append(message.version())
-        message.text, message.html, message.entities = visible, text, entities
-        message.reply_markup = markup
-        message.edit_date = int(time.time())
-        self._touch(message)
+        self._edit(message, markup, (visible, text, entities))
         return self._message_json(message)
 
     async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> Any:
@@ -766,11 +762,22 @@ class TelegramStub:
         markup = _inline_markup(params.get("reply_markup"))
         if markup == message.reply_markup:
             raise ApiError(400, _NOT_MODIFIED)
+        self._edit(message, markup)
+        return self._message_json(message)
+
+    def _edit(
+        self,
+        message: StoredMessage,
+        markup: dict[str, Any] | None,
+        content: tuple[str, str, list[Entity]] | None = None,
+    ) -> None:
+        """Replace a message's keyboard (and its text, html and entities), keeping history."""
         message.edits.append(message.version())
+        if content is not None:
+            message.text, message.html, message.entities = content
         message.reply_markup = markup
         message.edit_date = int(time.time())
         self._touch(message)
-        return self._message_json(message)
 
     async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
         chat = self._chat_to_send(params)
