@@ -710,38 +710,39 @@ class TelegramStub:
         if not isinstance(text, str) or not text:
             raise bad_request("message text is empty")
         visible, entities = _parse(text, params.get("parse_mode"), caption=False)
-        markup = _checked_markup(params.get("reply_markup"))
-        message = self._store(
-            chat,
-            from_id=self.bot_id,
-            text=visible,
-            html=text,
-            entities=entities,
-            reply_markup=markup if markup and "inline_keyboard" in markup else None,
-            thread_id=params.get("message_thread_id"),
-            reply_to=self._reply_target(chat, params),
-            force_reply=markup if markup and markup.get("force_reply") else None,
-        )
-        return self._message_json(message)
+        return self._message_json(self._store_sent(chat, params, visible, text, entities))
 
     async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
         chat = self._chat_to_send(params)
         document = self._document(params.get("document"), chat.id)
         caption = params.get("caption") or ""
         visible, entities = _parse(caption, params.get("parse_mode"), caption=True)
+        message = self._store_sent(chat, params, visible, caption or None, entities, document)
+        return self._message_json(message)
+
+    def _store_sent(
+        self,
+        chat: _Chat,
+        params: dict[str, Any],
+        visible: str,
+        html: str | None,
+        entities: list[Entity],
+        document: StoredDocument | None = None,
+    ) -> StoredMessage:
+        """Store what the bot sent, with the markup, thread and reply its request asks for."""
         markup = _checked_markup(params.get("reply_markup"))
-        message = self._store(
+        return self._store(
             chat,
             from_id=self.bot_id,
             text=visible,
-            html=caption or None,
+            html=html,
             entities=entities,
             reply_markup=markup if markup and "inline_keyboard" in markup else None,
             thread_id=params.get("message_thread_id"),
             reply_to=self._reply_target(chat, params),
             document=document,
+            force_reply=markup if markup and markup.get("force_reply") else None,
         )
-        return self._message_json(message)
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
         message = self._message_to_edit(params)
