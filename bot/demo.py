@@ -346,7 +346,7 @@ async def _pair_with_chat(running: Running, agent: Agent, chat: Chat, user: User
                           demo: DemoAgent, renderer: Renderer) -> bool:
     """Pair the demo agent with the chat of the first ``/start`` and say so there."""
     person = Person(user.full_name, user.id, user.username)
-    if await pair_chat(running, agent, chat.id, person, demo, renderer):
+    if await pair_chat(running, agent, chat.id, person, renderer):
         place = chat.title or "a private chat"
         demo.say(f"🔗 Paired the demo agent with {place} (chat {chat.id}) for {who(person)}.")
         return True
@@ -355,13 +355,12 @@ async def _pair_with_chat(running: Running, agent: Agent, chat: Chat, user: User
 
 
 async def pair_chat(running: Running, agent: Agent, chat_id: int, person: Person,
-                    demo: DemoAgent, renderer: Renderer) -> bool:
+                    renderer: Renderer) -> bool:
     """Pair the demo agent with the bot, bound to ``chat_id`` as asked by ``person``, and
     say so in the chat; False if the agent did not accept in time."""
     uri = parse_pairing_uri(agent.new_pairing_uri())
     running.apply(running.bridge.start_pairing(uri, chat_id=chat_id, topic_id=None,
                                                requested_by=person.telegram_user_id))
-    running.relays.ensure(agent.relay_url)
     try:
         await running.wait_until_paired(uri.agent.id, timeout=PAIRING_TIMEOUT_S)
     except TimeoutError:

@@ -95,7 +95,7 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                         renderer = Renderer(config.templates_dir)
                         for chat_id, place in ((YOU, "your private chat"),
                                                (OPS_TEAM, f"the group “{OPS_TITLE}”")):
-                            if not await pair_chat(running, agent, chat_id, ADA, demo, renderer):
+                            if not await pair_chat(running, agent, chat_id, ADA, renderer):
                                 raise PlaygroundError("the demo agent did not pair in time")
                             say(f"🔗 Paired the demo agent with {place}.")
                         url = f"{stub.api_url}/"
