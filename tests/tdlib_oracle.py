@@ -70,6 +70,29 @@ def telegram_parse(html: str) -> tuple[str, list[Entity]]:
     return answer["text"], [_entity(e) for e in answer["entities"]]
 
 
+_DETECTED = {
+    "textEntityTypeUrl": "url",
+    "textEntityTypeEmailAddress": "email",
+    "textEntityTypeMention": "mention",
+    "textEntityTypeHashtag": "hashtag",
+    "textEntityTypeCashtag": "cashtag",
+    "textEntityTypeBotCommand": "bot_command",
+    "textEntityTypePhoneNumber": "phone_number",
+    "textEntityTypeBankCardNumber": "bank_card_number",
+}
+
+
+def telegram_detect(text: str) -> list[Entity]:
+    """What TDLib finds by itself in plain ``text`` (links, addresses, mentions, commands),
+    leaving out media timestamps, which the Bot API keeps only in replies to media."""
+    answer = _execute(_library(), {"@type": "getTextEntities", "text": text})
+    return [
+        Entity(_DETECTED[e["type"]["@type"]], e["offset"], e["length"])
+        for e in answer["entities"]
+        if e["type"]["@type"] != "textEntityTypeMediaTimestamp"
+    ]
+
+
 def _entity(raw: dict[str, Any]) -> Entity:
     kind = raw["type"]
     name = _TYPES[kind["@type"]]

@@ -1,6 +1,7 @@
 """The stand-in's HTML parser against Telegram's own (TDLib's ``parseTextEntities``, run
 offline): the same text and entities, or the same refusal, on every golden card, on the
-demo's cards and on generated markup."""
+demo's cards and on generated markup; and the links, addresses and mentions Telegram finds
+by itself (``getTextEntities``) on the cards."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tdlib_oracle import TdError, tdlib_version, telegram_parse
+from tdlib_oracle import TdError, tdlib_version, telegram_detect, telegram_parse
 
 from bot.demo import demo_items
-from bot.playground.tg_html import Entity, HtmlRefused, parse_entities
+from bot.playground.tg_html import (
+    Entity,
+    HtmlRefused,
+    find_auto_entities,
+    parse_entities,
+    parse_html,
+)
 from bot.protocol.payloads import parse_approval, parse_clarification
 from bot.render import Renderer
 
@@ -68,6 +75,12 @@ def test_golden_cards_parse_as_telegram_parses_them(path: Path) -> None:
     assert ours(html) == expected
 
 
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.name)
+def test_golden_cards_links_are_found_as_telegram_finds_them(path: Path) -> None:
+    text, _ = parse_html(path.read_text(encoding="utf-8"))
+    assert find_auto_entities(text) == telegram_detect(text)
+
+
 @pytest.mark.parametrize("secrets", ["spoiler", "masked"])
 def test_the_demo_cards_parse_as_telegram_parses_them(secrets: str) -> None:
     renderer = Renderer(None)
@@ -82,6 +95,8 @@ def test_the_demo_cards_parse_as_telegram_parses_them(secrets: str) -> None:
         expected = telegrams(card.html)
         assert not isinstance(expected, str), expected
         assert ours(card.html) == expected
+        text, _ = parse_html(card.html)
+        assert find_auto_entities(text) == telegram_detect(text)
 
 
 # --- generated markup -----------------------------------------------------------------------
