@@ -185,7 +185,13 @@ async def test_the_page_feed_and_actions(playground: tuple[str, Output]) -> None
                 "chat_id": ada, "user_id": dave, "text": "hi"})
             assert outsider.status_code == 403
             assert outsider.json()["description"].startswith("Forbidden: ")
-            garbled = await client.post(f"{url}playground/send", content=b"{not json")
+            plain = await client.post(f"{url}playground/send", content=b'{"chat_id": 1}',
+                                      headers={"Content-Type": "text/plain"})
+            assert plain.status_code == 400
+            rebound = await client.get(f"{url}playground/bot", headers={"Host": "evil.example"})
+            assert rebound.status_code == 400 and "api_root" not in rebound.text
+            garbled = await client.post(f"{url}playground/send", content=b"{not json",
+                                        headers={"Content-Type": "application/json"})
             assert garbled.json() == {"ok": False, "error_code": 400,
                                       "description": "Bad Request: can't parse request body "
                                                      "as JSON"}

@@ -151,6 +151,9 @@ class _Page:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
+    # Only JSON: a page on another site cannot send it here without the browser asking first.
+    if not request.headers.get("content-type", "").startswith("application/json"):
+        raise bad_request("expected a JSON body (Content-Type: application/json)")
     try:
         body = json.loads(await request.body())
     except ValueError:

@@ -32,6 +32,8 @@ from typing import Any, NamedTuple
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -309,7 +311,9 @@ class TelegramStub:
             raise
         self.port = listener.getsockname()[1]
         app = Starlette(
-            routes=[*self._routes, Route("/{path:path}", self._answer, methods=["GET", "POST"])]
+            routes=[*self._routes, Route("/{path:path}", self._answer, methods=["GET", "POST"])],
+            # A page elsewhere that resolves its own name to 127.0.0.1 gets nothing.
+            middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=[LOOPBACK, "localhost"])],
         )
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="off",
