@@ -20,10 +20,9 @@ import copy
 import logging
 import os
 import secrets
-import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +32,7 @@ import segno
 from telegram import Chat, User
 
 from bot.app import Bot, Running
+from bot.bridge import PAIRING_TIMEOUT_S
 from bot.config import DEFAULT_API_URL, load_config, parse_config
 from bot.errors import ConfigError, SkaldError
 from bot.keyfile import load_or_create_identity
@@ -42,6 +42,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import ApprovalDecision, ClarificationAnswer, Person
 from bot.relay.server import RelayServer
 from bot.render import Renderer
+from bot.signals import run_until_stopped
 from bot.testing.agent import Agent
 from bot.tg.gateway import Gateway
 
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 
 AGENT_NAME: Final = "Skald demo agent"
 EXPIRES_AFTER: Final = timedelta(minutes=15)
-PAIRING_TIMEOUT_S: Final = 30.0
 _WAIT_CHUNK_S: Final = 60.0
 
 NO_TOKEN_HELP: Final = """\
@@ -391,7 +391,7 @@ def demo_command(args: argparse.Namespace) -> int:
         api_url=(args.api_url or api_url).rstrip("/"),
         state=Path(args.state) if args.state else None,
     )
-    return asyncio.run(until_signalled(lambda stop: run_demo(options, stop=stop, out=sys.stdout)))
+    return asyncio.run(run_until_stopped(lambda stop: run_demo(options, stop=stop, out=sys.stdout)))
 
 
 def _token_and_api_url(config_argument: str | None) -> tuple[str, str]:
@@ -406,22 +406,6 @@ def quiet_logs(verbose: bool) -> None:
     """Keep the terminal for the demo's own lines: only warnings, unless ``-v``."""
     if not verbose:
         logging.getLogger().setLevel(logging.WARNING)
-
-
-async def until_signalled(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
-    """Run ``main(stop)`` with ``stop`` set by SIGTERM or Ctrl-C."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handled = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
-            handled.append(signum)
-    try:
-        return await main(stop)
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
 
 
 # -- demo-agent ----------------------------------------------------------------------------
@@ -477,5 +461,5 @@ def demo_agent_command(args: argparse.Namespace) -> int:
         state=Path(args.state) if args.state else None,
     )
     return asyncio.run(
-        until_signalled(lambda stop: run_demo_agent(options, stop=stop, out=sys.stdout))
+        run_until_stopped(lambda stop: run_demo_agent(options, stop=stop, out=sys.stdout))
     )

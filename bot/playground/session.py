@@ -22,7 +22,7 @@ from typing import Final, TextIO
 
 from bot.app import Bot
 from bot.config import parse_config
-from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs, until_signalled
+from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
 from bot.playground import DEFAULT_PORT
@@ -31,6 +31,7 @@ from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
 from bot.relay.server import RelayServer
 from bot.render import Renderer
+from bot.signals import run_until_stopped
 from bot.testing.agent import Agent
 
 BOT_NAME: Final = "Skald Playground"
@@ -156,5 +157,5 @@ def playground_command(args: argparse.Namespace) -> int:
         open_browser=not args.no_browser,
     )
     return asyncio.run(
-        until_signalled(lambda stop: run_playground(options, stop=stop, out=sys.stdout))
+        run_until_stopped(lambda stop: run_playground(options, stop=stop, out=sys.stdout))
     )
