@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from telegram_stub import TelegramStub
 from world import ADA, BOB, TOKEN, World, bot_config, running_bot
 
 from bot.config import parse_config
+from bot.playground.stub import TelegramStub
 from bot.relay.server import RelayServer
 from bot.testing.clock import ShiftedClock
 from skald_telegram import AsyncAgentClient, HostUnavailable

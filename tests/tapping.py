@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from agenthost_world import HostWorld
-from telegram_stub import StoredMessage
 from world import ADA
+
+from bot.playground.stub import StoredMessage
 
 
 async def approve(hw: HostWorld, needle: str) -> StoredMessage:

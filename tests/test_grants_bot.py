@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from conftest import eventually
-from telegram_stub import StoredMessage
 from world import (
     ADA,
     BOB,
@@ -31,6 +30,7 @@ from world import (
 from bot.cli import main as cli_main
 from bot.config import parse_config
 from bot.errors import ConfigError
+from bot.playground.stub import StoredMessage
 
 KEY = "session-1:Bash:git status"
 LABEL = "`git status` in this session"

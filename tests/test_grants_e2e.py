@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from agenthost_world import CLI, HostWorld, finished, host_world, run_cli
-from telegram_stub import StoredMessage
 from world import ADA
+
+from bot.playground.stub import StoredMessage
 
 SESSION = "5f1c2a"
 
