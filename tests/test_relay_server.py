@@ -22,7 +22,7 @@ from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.protocol.relayauth import auth_frame
 from bot.relay.frames import DELIVER_WINDOW, encode_envelope
-from bot.relay.queue import Incoming, RelayQueue
+from bot.relay.queue import Batch, Incoming, PutResult, RelayQueue
 from bot.relay.server import PRE_AUTH_FRAME_BYTES, RelayServer
 
 TIMEOUT = 5.0
@@ -361,6 +361,7 @@ async def test_large_frames_before_auth_are_refused(relay: RelayServer) -> None:
 
 async def test_deliveries_wait_for_acks(tmp_path: Path, alice: Identity, bob: Identity) -> None:
     async with RelayServer(tmp_path) as relay:
+        await (await session(relay.url, bob)).close()  # known to the relay: a full queue
         a = await session(relay.url, alice)
         envs = [envelope(alice, bob, n) for n in range(DELIVER_WINDOW + 2)]
         assert set(await send_all(a, envs)) == {"sent"}
@@ -397,7 +398,8 @@ async def test_queue_survives_a_restart_and_expires(
     data = tmp_path / "relay"
     queue = RelayQueue.open(data)
     expired = envelope(alice, bob, 0)
-    queue.put(Incoming(bob.id, alice.id, str(expired["id"]), json.dumps(expired)), now_ms=1)
+    put = Incoming(bob.id, alice.id, str(expired["id"]), json.dumps(expired))
+    assert queue.apply(Batch(puts=[put]), now_ms=1).results == [PutResult.QUEUED]
     queue.close()
     kept = envelope(alice, bob, 1)
     async with RelayServer(data) as first:
