@@ -168,6 +168,15 @@ class WarningBudget:
             self._suppressed += 1
 
 
+class _TransportLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """websockets' own log, without its line for every connection opened and closed: a
+    connection flood must not become a log flood (sessions are logged by the relay)."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level >= logging.WARNING:
+            super().log(level, msg, *args, **kwargs)
+
+
 class _Admission:
     """Counts connections per address and decides which may stay."""
 
@@ -197,10 +206,7 @@ class _Admission:
     def authenticate(self, address: str, *, replacing: bool) -> bool:
         """Count a connection as a session; ``False`` when its address has too many.
         A session replacing one of the same id from the same address always may."""
-        if (
-            not replacing
-            and self._authenticated[address] >= self._limits.authenticated_per_address
-        ):
+        if not replacing and self._authenticated[address] >= self._limits.authenticated_per_address:
             self._warnings.warn(
                 "refused a session from %s: %d sessions from there",
                 address,
@@ -449,6 +455,7 @@ class RelayServer:
             server_header=None,
             create_connection=_connection_type(self._admission),
             backlog=LISTEN_BACKLOG,
+            logger=_TransportLog(logging.getLogger("websockets.server")),
         )
         self._purger = asyncio.create_task(self._purge_periodically())
 
@@ -481,8 +488,10 @@ class RelayServer:
     def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """Leave out asyncio's report of a pause that :class:`_Listener` already logged."""
         exc = context.get("exception")
-        if isinstance(exc, OSError) and exc.errno in _OUT_OF_DESCRIPTORS and "accept" in str(
-            context.get("message", "")
+        if (
+            isinstance(exc, OSError)
+            and exc.errno in _OUT_OF_DESCRIPTORS
+            and "accept" in str(context.get("message", ""))
         ):
             return
         if self._previous_handler is not None:
@@ -545,14 +554,14 @@ class RelayServer:
             session_id = await self._authenticate(ws)
         except (ConnectionClosed, TimeoutError):
             log.debug("connection from %s closed before authentication", _peer(ws))
-            await ws.close(CLOSE_AUTH_TIMEOUT, "authentication timed out")
+            await _close(ws, CLOSE_AUTH_TIMEOUT, "authentication timed out")
             return
         if session_id is None:
             return
         previous = self._sessions.get(session_id)
         replacing = previous is not None and previous.ws.address == ws.address
         if not self._admission.authenticate(ws.address, replacing=replacing):
-            await ws.close(CLOSE_TRY_LATER, "too many sessions from this address")
+            await _close(ws, CLOSE_TRY_LATER, "too many sessions from this address")
             return
         ws.authenticated = True
         ws.protocol.max_message_size = MAX_FRAME_BYTES
@@ -579,16 +588,18 @@ class RelayServer:
         if self._idle_timeout > 0:
             helpers.append(asyncio.create_task(self._close_when_idle(session)))
         refusals = _Refusals()
+        closing = False
         try:
             await ws.send(ready_frame(session_id))
             session.wakeup.set()
             async for message in ws:
+                if closing:
+                    continue  # read and drop until the peer's closing frame comes
                 session.active = time.monotonic()
                 if refusals.count(await self._on_frame(session, message)):
                     await session.answers.put(_TOO_MANY_REFUSALS)
-                    await asyncio.wait_for(ws.wait_closed(), self._auth_timeout)
-                    break
-        except (ConnectionClosed, TimeoutError):
+                    closing = True
+        except ConnectionClosed:
             pass
         finally:
             for helper in helpers:
@@ -611,7 +622,7 @@ class RelayServer:
                 if _size(message) > PRE_AUTH_FRAME_BYTES:
                     detail = f"frames before auth are limited to {PRE_AUTH_FRAME_BYTES} bytes"
                     await self._refuse(ws, ErrorCode.TOO_LARGE, detail)
-                    await ws.close(CLOSE_TOO_BIG, "authenticate first")
+                    await _close(ws, CLOSE_TOO_BIG, "authenticate first")
                     return None
                 try:
                     frame = parse_frame(message)
@@ -623,13 +634,13 @@ class RelayServer:
                             return verify_auth_frame(frame.frame, nonce)
                         except ProtocolError as exc:
                             await self._refuse(ws, ErrorCode.AUTH_FAILED, str(exc))
-                            await ws.close(CLOSE_AUTH_FAILED, "authentication failed")
+                            await _close(ws, CLOSE_AUTH_FAILED, "authentication failed")
                             return None
                     envelope_id = frame.envelope_id if isinstance(frame, Send) else None
                     detail = "authenticate first"
                     await self._refuse(ws, ErrorCode.NOT_AUTHENTICATED, detail, envelope_id)
                 if refusals.count(True):
-                    await ws.close(_TOO_MANY_REFUSALS.code, _TOO_MANY_REFUSALS.reason)
+                    await _close(ws, _TOO_MANY_REFUSALS.code, _TOO_MANY_REFUSALS.reason)
                     return None
 
     async def _on_frame(self, session: _Session, message: str | bytes) -> bool:
@@ -782,6 +793,22 @@ _FULL_DETAILS: Final = {
     PutResult.ORIGIN_FULL: "your address has as much queued as it may",
     PutResult.RELAY_FULL: "the relay is full",
 }
+
+
+async def _close(ws: ServerConnection, code: int, reason: str) -> None:
+    """Close with ``code``, reading (and dropping) whatever the peer still sends meanwhile:
+    its closing frame may be queued behind frames nobody reads any more."""
+    drain = asyncio.create_task(_drop_frames(ws))
+    try:
+        await ws.close(code, reason)
+    finally:
+        drain.cancel()
+
+
+async def _drop_frames(ws: ServerConnection) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        async for _ in ws:
+            pass
 
 
 def _only_relay_path(connection: ServerConnection, request: Request) -> Response | None:
