@@ -588,17 +588,17 @@ class RelayServer:
         if self._idle_timeout > 0:
             helpers.append(asyncio.create_task(self._close_when_idle(session)))
         refusals = _Refusals()
-        closing = False
+        dropping = False
         try:
             await ws.send(ready_frame(session_id))
             session.wakeup.set()
             async for message in ws:
-                if closing:
+                if dropping:
                     continue  # read and drop until the peer's closing frame comes
                 session.active = time.monotonic()
                 if refusals.count(await self._on_frame(session, message)):
                     await session.answers.put(_TOO_MANY_REFUSALS)
-                    closing = True
+                    dropping = True
         except ConnectionClosed:
             pass
         finally:
