@@ -240,7 +240,6 @@ def ack_frame(envelope_id: str) -> str:
     return _dump({"type": "ack", "id": envelope_id})
 
 
-
 def send_frame(envelope_json: str) -> str:
     """A ``send`` frame around an envelope already encoded by :func:`encode_envelope`."""
     return '{"type":"send","envelope":' + envelope_json + "}"

@@ -148,10 +148,12 @@ class PutResult(enum.Enum):
 
 @dataclass(frozen=True)
 class Applied:
-    """What a batch did: a result per envelope queued, in order, and how many of the
-    acknowledged envelopes were waiting."""
+    """What a batch did: a result per envelope queued, in order, with the position of
+    each one queued (0 for the others), and how many of the acknowledged envelopes were
+    waiting."""
 
     results: list[PutResult]
+    seqs: list[int]
     removed: int
 
 
@@ -257,10 +259,18 @@ def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
 
 
 class RelayQueue:
-    """Per-recipient envelope queues in one SQLite file. Not thread-safe: one event loop."""
+    """Per-recipient envelope queues in one SQLite file.
 
-    def __init__(self, connection: sqlite3.Connection, *, limits: QueueLimits) -> None:
+    Writes (:meth:`apply`, :meth:`purge`) may run in a worker thread, one at a time, while
+    :meth:`pending` reads what is committed through a connection of its own (WAL lets
+    readers run beside the writer).
+    """
+
+    def __init__(
+        self, connection: sqlite3.Connection, reader: sqlite3.Connection, *, limits: QueueLimits
+    ) -> None:
         self._db = connection
+        self._reader = reader
         self._limits = limits
         self._usage = _Usage()
         self._recount()
@@ -268,25 +278,28 @@ class RelayQueue:
     @classmethod
     def open(cls, data_dir: Path, *, limits: QueueLimits | None = None) -> RelayQueue:
         """Open (creating or upgrading if needed) the queue in ``data_dir``."""
+        path = data_dir / DB_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(data_dir / DB_NAME, isolation_level=None)
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             _ensure_schema(connection)
+            reader = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
             connection.close()
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         except StoreError:
             connection.close()
             raise
-        return cls(connection, limits=limits or QueueLimits())
+        return cls(connection, reader, limits=limits or QueueLimits())
 
     def close(self) -> None:
         try:
+            self._reader.close()
             self._db.close()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot close the relay queue: {exc}") from exc
@@ -314,11 +327,11 @@ class RelayQueue:
                         )
                         usage.connected.add(recipient)
                 removed = sum(self._delete(ack) for ack in batch.acks)
-                results = [self._put_one(item, now_ms) for item in batch.puts]
+                queued = [self._put_one(item, now_ms) for item in batch.puts]
         except sqlite3.Error as exc:
             self._recount()  # rolled back: forget what this transaction changed
             raise StoreError(f"cannot write to the relay queue: {exc}") from exc
-        return Applied(results, removed)
+        return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
 
     def _delete(self, ack: Acknowledged) -> int:
         row = self._db.execute(
@@ -338,11 +351,12 @@ class RelayQueue:
             )
         return 1
 
-    def _put_one(self, item: Incoming, now_ms: int) -> PutResult:
+    def _put_one(self, item: Incoming, now_ms: int) -> tuple[PutResult, int]:
+        """Queue one envelope: the result, and its position when it was queued (else 0)."""
         size = len(item.body.encode("utf-8"))
         refusal = self._usage.refusal(item, size, self._limits)
         if refusal is not None:
-            return PutResult.DUPLICATE if self._contains(item) else refusal
+            return PutResult.DUPLICATE if self._contains(item) else refusal, 0
         cursor = self._db.execute(
             "INSERT OR IGNORE INTO queue"
             " (recipient, sender, origin, envelope_id, size, queued_ms, body)"
@@ -358,9 +372,9 @@ class RelayQueue:
             ),
         )
         if cursor.rowcount == 0:
-            return PutResult.DUPLICATE
+            return PutResult.DUPLICATE, 0
         self._usage.add(item.recipient, item.sender, item.origin, size)
-        return PutResult.QUEUED
+        return PutResult.QUEUED, int(cursor.lastrowid or 0)
 
     def pending(
         self,
@@ -373,14 +387,14 @@ class RelayQueue:
         """The next envelopes for ``recipient`` queued after ``after_seq``, oldest first:
         at most ``limit`` of them and ``max_bytes`` of bodies (but always at least one)."""
         try:
-            sizes = self._db.execute(
+            sizes = self._reader.execute(
                 "SELECT seq, size FROM queue WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (recipient, after_seq, limit),
             ).fetchall()
             last = _last_within(sizes, max_bytes)
             if last is None:
                 return []
-            rows = self._db.execute(
+            rows = self._reader.execute(
                 "SELECT seq, envelope_id, size, body FROM queue"
                 " WHERE recipient = ? AND seq > ? AND seq <= ? ORDER BY seq",
                 (recipient, after_seq, last),

@@ -48,7 +48,7 @@ import logging
 import os
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -99,7 +99,7 @@ from bot.relay.limits import (
     ConnectionLimits,
     QueueLimits,
 )
-from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, RelayQueue
+from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued, RelayQueue
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,21 @@ class _Session:
     when half of it is acknowledged (fewer wake-ups than one per ack)."""
     active: float = field(default_factory=time.monotonic)
     """When the session last carried something (a frame either way)."""
+    caught_up: bool = False
+    """Whether everything queued on disk for the session up to now has been sent."""
+    handed: deque[Queued] = field(default_factory=deque)
+    """Envelopes committed since the session caught up, to send from memory."""
+
+    def hand_over(self, item: Queued) -> None:
+        """Pass a newly committed envelope to the session; past ``DELIVER_WINDOW`` of
+        them, the session reads from disk again (memory stays bounded)."""
+        if self.caught_up:
+            if len(self.handed) < DELIVER_WINDOW:
+                self.handed.append(item)
+            else:
+                self.caught_up = False
+                self.handed.clear()
+        self.wakeup.set()
 
     def delivered(self, envelope_id: str, size: int) -> None:
         self.unacked.append((envelope_id, size))
@@ -412,6 +427,13 @@ class RelayServer:
         self._batch = Batch()
         self._waiting: list[asyncio.Future[PutResult | None]] = []
         """One future per envelope in ``_batch.puts``, in the same order."""
+        self._batch_ready = asyncio.Event()
+        self._batch_written: asyncio.Future[None] | None = None
+        """Resolved once the batch now being filled is written (or failed)."""
+        self._disk = asyncio.Lock()
+        """Held while the queue writes (a batch in a worker thread, or a purge)."""
+        self._writer: asyncio.Task[None] | None = None
+        self._stopping = False
         self._previous_handler: Any = None
 
     @property
@@ -457,6 +479,8 @@ class RelayServer:
             backlog=LISTEN_BACKLOG,
             logger=_TransportLog(logging.getLogger("websockets.server")),
         )
+        self._stopping = False
+        self._writer = asyncio.create_task(self._write_batches())
         self._purger = asyncio.create_task(self._purge_periodically())
 
     def _listen(self) -> _Listener:
@@ -511,8 +535,11 @@ class RelayServer:
             await self._server.wait_closed()
             self._server = None
             asyncio.get_running_loop().set_exception_handler(self._previous_handler)
-        if self._batch:
-            self._commit()
+        if self._writer is not None:
+            self._stopping = True
+            self._batch_ready.set()
+            await self._writer  # writes what came last
+            self._writer = None
         if self._queue is not None:
             self._queue.close()
             self._queue = None
@@ -544,7 +571,8 @@ class RelayServer:
         while True:
             await asyncio.sleep(interval)
             try:
-                self._purge()
+                async with self._disk:
+                    self._purge()
             except StoreError as exc:
                 log.error("relay queue purge failed: %s", exc)
 
@@ -569,6 +597,7 @@ class RelayServer:
         self._sessions[session_id] = session
         self._schedule_commit()
         self._batch.connected.append(session_id)
+        written = self._batch_written  # the previous session's last acks come before
         log.info(
             "session open: %s from %s%s",
             session_id,
@@ -582,7 +611,7 @@ class RelayServer:
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
         helpers = [
-            asyncio.create_task(self._deliver(session)),
+            asyncio.create_task(self._deliver(session, written)),
             asyncio.create_task(self._answer(session)),
         ]
         if self._idle_timeout > 0:
@@ -690,34 +719,55 @@ class RelayServer:
         return _PendingSend(envelope.id, future)
 
     def _schedule_commit(self) -> None:
-        """Make sure the batch is written at the end of this turn of the event loop."""
-        if not self._batch:
-            asyncio.get_running_loop().call_soon(self._commit)
+        """Make sure the batch is written: by the next transaction, once the one being
+        written (if any) is committed."""
+        self._batch_ready.set()
+        if self._batch_written is None:
+            self._batch_written = asyncio.get_running_loop().create_future()
 
-    def _commit(self) -> None:
+    async def _write_batches(self) -> None:
+        """Write batches one after another, each in a worker thread, so that the event loop
+        goes on reading frames (into the next batch) while the disk syncs: everything that
+        arrives meanwhile, from every session, shares the next transaction."""
+        while not self._stopping:
+            await self._batch_ready.wait()
+            self._batch_ready.clear()
+            await self._commit()
+        await self._commit()
+
+    async def _commit(self) -> None:
         """Write everything that arrived since the last call in one transaction (one disk
-        sync), then answer the senders and wake the recipients."""
+        sync), then answer the senders and hand the envelopes to their recipients."""
         batch, self._batch = self._batch, Batch()
         waiting, self._waiting = self._waiting, []
-        if not batch:
+        written, self._batch_written = self._batch_written, None
+        try:
+            await self._write(batch, waiting)
+        finally:
+            if written is not None and not written.done():
+                written.set_result(None)
+
+    async def _write(self, batch: Batch, waiting: list[asyncio.Future[PutResult | None]]) -> None:
+        if not batch or self._queue is None:
             return
         results: list[PutResult | None] = [None] * len(batch.puts)
-        if self._queue is not None:
-            try:
-                applied = self._queue.apply(batch, _now_ms())
-            except StoreError as exc:
-                # Acks are lost with it: those envelopes come again, at-least-once holds.
-                log.error("relay queue failed: %s", exc)
-            else:
-                results = list(applied.results)
-                if applied.removed < len(batch.acks):
-                    log.debug("%d acks for envelopes not queued", len(batch.acks) - applied.removed)
-        for item, future, result in zip(batch.puts, waiting, results, strict=True):
+        seqs = [0] * len(batch.puts)
+        try:
+            async with self._disk:
+                applied = await asyncio.to_thread(self._queue.apply, batch, _now_ms())
+        except StoreError as exc:
+            # Acks are lost with it: those envelopes come again, at-least-once holds.
+            log.error("relay queue failed: %s", exc)
+        else:
+            results, seqs = list(applied.results), applied.seqs
+            if applied.removed < len(batch.acks):
+                log.debug("%d acks for envelopes not queued", len(batch.acks) - applied.removed)
+        for item, future, result, seq in zip(batch.puts, waiting, results, seqs, strict=True):
             if not future.done():
                 future.set_result(result)
             recipient = self._sessions.get(item.recipient)
             if result is PutResult.QUEUED and recipient is not None:
-                recipient.wakeup.set()
+                recipient.hand_over(Queued(seq, item.envelope_id, _size(item.body), item.body))
 
     async def _answer(self, session: _Session) -> None:
         """Send the answers to the session's frames in order, each once it is known."""
@@ -737,28 +787,45 @@ class RelayServer:
         log.info("closing idle session %s", session.id)
         await session.ws.close(CLOSE_NORMAL, "idle")
 
-    async def _deliver(self, session: _Session) -> None:
+    async def _deliver(self, session: _Session, written: asyncio.Future[None] | None) -> None:
         """Stream the session's queue, oldest first, then whatever arrives for it; at most
-        ``DELIVER_WINDOW`` deliveries wait for their acks at any time."""
+        ``DELIVER_WINDOW`` deliveries wait for their acks at any time.
+
+        Once the queue on disk is sent, envelopes committed for the session are handed
+        over in memory (:meth:`_Session.hand_over`); when too many wait there, it reads
+        from disk again."""
         assert self._queue is not None
         last_seq = 0
         session.window_open.set()
+        if written is not None:
+            await asyncio.shield(written)  # shared with other sessions: never cancel it
+
+        async def send(item: Queued) -> None:
+            nonlocal last_seq
+            if item.seq <= last_seq:
+                return  # already sent from disk
+            await session.window_open.wait()
+            await session.ws.send(deliver_frame(item.body))
+            session.delivered(item.envelope_id, item.size)
+            session.active = time.monotonic()
+            last_seq = item.seq
+
         try:
             while True:
                 await session.wakeup.wait()
                 session.wakeup.clear()
-                while page := self._queue.pending(
-                    session.id,
-                    after_seq=last_seq,
-                    limit=min(DELIVER_PAGE, DELIVER_WINDOW),
-                    max_bytes=DELIVER_PAGE_BYTES,
-                ):
-                    for item in page:
-                        await session.window_open.wait()
-                        await session.ws.send(deliver_frame(item.body))
-                        session.delivered(item.envelope_id, item.size)
-                        session.active = time.monotonic()
-                        last_seq = item.seq
+                if not session.caught_up:
+                    while page := self._queue.pending(
+                        session.id,
+                        after_seq=last_seq,
+                        limit=min(DELIVER_PAGE, DELIVER_WINDOW),
+                        max_bytes=DELIVER_PAGE_BYTES,
+                    ):
+                        for item in page:
+                            await send(item)
+                    session.caught_up = True
+                while session.handed:
+                    await send(session.handed.popleft())
         except ConnectionClosed:
             return
         except StoreError as exc:
