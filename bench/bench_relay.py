@@ -413,10 +413,12 @@ async def _many_sessions(quick: bool) -> None:
                 seconds,
             )
             cpu = _cpu_seconds(pid) - cpu
-    async with _process(__file__, "--floor-server") as (url, _):
+    async with _process(__file__, "--floor-server") as (url, pid):
+        floor_cpu = _cpu_seconds(pid)
         floor = await _pairs_run(
             lambda identity, role: _floor_connection(url, identity, role), pairs, idle, seconds
         )
+        floor_cpu = _cpu_seconds(pid) - floor_cpu
     rate, latencies, refused = ours
     floor_rate, floor_latencies, _ = floor
     carried = (
@@ -440,7 +442,16 @@ async def _many_sessions(quick: bool) -> None:
             f"     {f'delivery {label} at {STEADY_RATE}/s (ms)':<34} {value:12.2f} "
             f"{bound:12.2f}   {value / bound:.1f}x"
         )
-    print(f"     {'relay CPU per envelope (us)':<34} {cpu / (carried * pairs) * 1e6:12.1f}")
+    per_envelope = cpu / (carried * pairs) * 1e6
+    floor_per_envelope = floor_cpu / (carried * pairs) * 1e6
+    print(
+        f"     {'process CPU per envelope (us)':<34} {per_envelope:12.1f} "
+        f"{floor_per_envelope:12.1f}   {per_envelope / floor_per_envelope:.1f}x"
+    )
+    print(
+        f"     {'so one core carries (env/s)':<34} {1e6 / per_envelope:12.0f} "
+        f"{1e6 / floor_per_envelope:12.0f}"
+    )
     if refused:
         print(f"     ({refused} sends refused)")
 

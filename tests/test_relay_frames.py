@@ -154,3 +154,23 @@ def test_compact_and_spaced_acks_parse_alike() -> None:
     assert parse_frame(json.dumps({"type": "ack", "id": envelope_id})) == Ack(envelope_id)
     with pytest.raises(FrameError):
         parse_frame(ack_frame("AB" * 16))
+
+
+@pytest.mark.parametrize(
+    ("frame", "cut"),
+    [
+        ('{"type":"send","envelope":{"id":"%s","a":1}}', True),
+        ('{"type":"send","envelope":{"id":"%s","a":{"envelope":1}}}', False),
+        ('{"type":"send","envelope":{"id":"%s"},"type":"send"}', False),
+        ('{"type":"send","envelope":{"id":"%s"} }', False),
+        ('{"type":"send","envelope":{"id":"%s","b":"x"},"envelope":{"id":"%s","b":"y"}}', False),
+        ('{"type": "send", "envelope": {"id": "%s"}}', False),
+        ('{"type":"send","envelope":{"id":"%s","note":"\\"envelope\\":"}}', True),
+    ],
+)
+def test_a_send_frames_envelope_text_is_exactly_its_envelope(frame: str, cut: bool) -> None:
+    parsed = parse_frame(frame.replace("%s", "ab" * 16))
+    assert isinstance(parsed, Send)
+    assert (parsed.text is not None) is cut
+    if parsed.text is not None:
+        assert json.loads(parsed.text) == parsed.envelope

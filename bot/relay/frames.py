@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
 from bot.errors import PayloadError, ProtocolError
@@ -89,6 +89,9 @@ class Ack:
 class Send:
     envelope: dict[str, object]
     envelope_id: str
+    text: str | None = field(default=None, compare=False)
+    """The envelope's JSON text as the frame holds it, when it can be cut out exactly
+    (:func:`envelope_text`): the relay stores it without encoding the envelope again."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,29 @@ def parse_frame(data: str | bytes) -> Frame:
     parser = _PARSERS.get(kind) if isinstance(kind, str) else None
     if parser is None:
         raise FrameError(ErrorCode.BAD_FRAME, f"unknown frame type {_shown(kind)}")
-    return parser(obj)
+    frame = parser(obj)
+    if isinstance(frame, Send):
+        return Send(frame.envelope, frame.envelope_id, _cut_envelope(data, obj))
+    return frame
+
+
+_SEND_PREFIX: Final = '{"type":"send","envelope":'
+
+
+def _cut_envelope(text: str, obj: dict[str, object]) -> str | None:
+    """The envelope's own text in a ``send`` frame written as :func:`send_frame` writes
+    it, or ``None``. With exactly two keys, the prefix, one ``"envelope":`` key (an
+    unescaped quote cannot occur inside a string) and a final ``}}``, nothing but the
+    envelope object can lie between the prefix and the last brace: a repeated ``type``
+    key would end the frame with a string."""
+    if (
+        len(obj) == 2
+        and text.startswith(_SEND_PREFIX)
+        and text.endswith("}}")
+        and text.count('"envelope":') == 1
+    ):
+        return text[len(_SEND_PREFIX) : -1]
+    return None
 
 
 _COMPACT_ACK: Final = re.compile(r'\{"type":"ack","id":"([0-9a-f]{32})"\}')

@@ -708,7 +708,7 @@ class RelayServer:
         if envelope.sender != session.id:
             detail = "from is not this session's id"
             return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
-        body = encode_envelope(frame.envelope)
+        body = frame.text if frame.text is not None else encode_envelope(frame.envelope)
         item = Incoming(
             envelope.recipient, envelope.sender, envelope.id, body, origin=session.ws.address
         )
