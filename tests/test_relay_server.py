@@ -484,7 +484,7 @@ async def test_unauthenticated_connections_per_address_are_capped(tmp_path: Path
         assert await refused_at_once(relay.url)
         await waiting.pop().close()
         async with asyncio.timeout(TIMEOUT):
-            while relay.connections > 2:
+            while await refused_at_once(relay.url):  # until the relay has seen the close
                 await asyncio.sleep(0.01)
         waiting.append(await challenged(relay.url))  # room again
         for ws in waiting:

@@ -304,10 +304,6 @@ class RelayQueue:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot close the relay queue: {exc}") from exc
 
-    def has_connected(self, recipient: str) -> bool:
-        """Whether ``recipient`` has ever connected (its arrival is written by :meth:`apply`)."""
-        return recipient in self._usage.connected
-
     def apply(self, batch: Batch, now_ms: int) -> Applied:
         """Write a batch in one transaction (one disk sync): record who connected, delete
         acknowledged envelopes, then queue new ones, each with its own result.
@@ -423,11 +419,6 @@ class RelayQueue:
         if removed:
             self._recount()
         return max(removed, 0)
-
-    @property
-    def total_bytes(self) -> int:
-        """Bytes of envelopes waiting for anyone."""
-        return self._usage.total_bytes
 
     def _contains(self, item: Incoming) -> bool:
         row = self._db.execute(

@@ -447,11 +447,6 @@ class RelayServer:
             return self._port
         return int(self._server.sockets[0].getsockname()[1])
 
-    @property
-    def connections(self) -> int:
-        """Connections open now, authenticated or not."""
-        return self._admission.total
-
     async def start(self) -> None:
         """Open the queue, purge expired envelopes and start listening."""
         self._queue = RelayQueue.open(self._data_dir, limits=self._limits)
