@@ -11,7 +11,7 @@ slows both alike.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -26,6 +26,7 @@ from bot.protocol.replay import MemoryReplayGuard
 AGENT = Identity.from_seeds(b"\x01" * 32, b"\x02" * 32, "build-bot")
 DEVICE = Identity.from_seeds(b"\x03" * 32, b"\x04" * 32, "Telegram @bench_bot")
 SUITE = Suite(KEM.X25519, KDF.HKDF_SHA256, AEAD.CHACHA20_POLY1305)
+URLSAFE = bytes.maketrans(b"-_", b"+/")
 NOW_MS = 1_800_000_000_000
 CREATED = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -82,10 +83,11 @@ def _measure(label: str, plaintext: bytes, seconds: float) -> None:
         sealed = SUITE.encrypt(plaintext, kx_pub, info=info)
         AGENT.sign(info + b"\x00" + sealed)
 
-    ct_text = str(wire["ct"]) + "=" * (-len(str(wire["ct"])) % 4)
+    ct_text = str(wire["ct"])
+    padding = b"=" * (-len(ct_text) % 4)
 
     def raw_open() -> None:
-        raw_ct = base64.urlsafe_b64decode(ct_text)
+        raw_ct = binascii.a2b_base64(ct_text.encode("ascii").translate(URLSAFE) + padding)
         sign_pub.verify(envelope.sig, info + b"\x00" + raw_ct)
         SUITE.decrypt(raw_ct, DEVICE.kx_key, info=info)
 
