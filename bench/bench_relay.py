@@ -157,6 +157,21 @@ async def _floor_numbers(rounds: int, burst: int) -> tuple[list[float], float]:
     return latencies, rate
 
 
+def _header() -> None:
+    print(f"     {'':<34} {'relay':>12} {'floor':>12}   ratio")
+
+
+def _row(
+    label: str, ours: float, floor: float | None, shown: str, *, higher_is_better: bool = False
+) -> None:
+    """One line of a table: the figure, its floor measured in the same run, how far off."""
+    if floor is None:
+        print(f"     {label:<34} {shown.format(ours):>12}")
+        return
+    ratio = floor / ours if higher_is_better else ours / floor
+    print(f"     {label:<34} {shown.format(ours):>12} {shown.format(floor):>12}   {ratio:.1f}x")
+
+
 def _percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -169,6 +184,9 @@ SEND_WINDOW = 64
 """Sends a sender keeps in flight (unanswered) when measuring the most the relay carries."""
 STEADY_RATE = 3000
 """Envelopes a second, over all pairs, when measuring delivery latency."""
+FLOOD_RATE = 12_000
+"""Envelopes sent per second of the run when measuring the most the relay carries (as
+fast as it takes them)."""
 ID_KEY = '"id":"'
 
 
@@ -216,6 +234,7 @@ class _Load:
 
 
 Connector = Callable[[Identity, str], Awaitable[ClientConnection]]
+"""Opens a session for an identity in a role (``idle``, ``send`` or ``receive``)."""
 
 
 async def _relay_connection(url: str, identity: Identity, role: str) -> ClientConnection:
@@ -252,6 +271,17 @@ async def _answers(ws: ClientConnection, load: _Load, window: asyncio.Semaphore)
             window.release()
 
 
+@dataclass(frozen=True)
+class _Figures:
+    rate: float
+    """Envelopes a second carried at saturation."""
+    latencies: list[float]
+    """Delivery latencies at the steady rate, in seconds."""
+    refused: int
+    carried: int
+    """Envelopes carried in all."""
+
+
 @dataclass
 class _Pair:
     sender: Identity
@@ -261,13 +291,13 @@ class _Pair:
 
 
 async def _pairs_run(
-    connection: Callable[[Identity, str], Awaitable[ClientConnection]],
+    connection: Connector,
     pairs: int,
     idle: int,
     seconds: float,
-) -> tuple[float, list[float], int]:
-    """Open the sessions, then: envelopes a second at saturation, latencies at the steady
-    rate, and refusals seen."""
+) -> _Figures:
+    """Open the sessions, then measure envelopes a second at saturation and latencies at
+    the steady rate."""
     idle_sessions = [await connection(Identity.generate("idle"), "idle") for _ in range(idle)]
     the_pairs = []
     for _ in range(pairs):
@@ -304,7 +334,8 @@ async def _pairs_run(
     await asyncio.wait_for(load.done.wait(), 60)
 
     # Saturation: every sender keeps SEND_WINDOW sends in flight.
-    per_pair = max(int(12_000 * seconds / pairs), SEND_WINDOW)
+    per_pair = max(int(FLOOD_RATE * seconds / pairs), SEND_WINDOW)
+    carried = pairs * (1 + per_pair)
     frames = [
         [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)] for p in the_pairs
     ]
@@ -319,6 +350,7 @@ async def _pairs_run(
 
     # Steady rate: each sender sends on a fixed schedule; latency is send → deliver.
     per_pair = max(int(STEADY_RATE * seconds / pairs), 1)
+    carried += pairs * per_pair
     gap = pairs / STEADY_RATE
     frames = [
         [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)] for p in the_pairs
@@ -353,7 +385,7 @@ async def _pairs_run(
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return rate, load.latencies, load.refused
+    return _Figures(rate, load.latencies, load.refused, carried)
 
 
 @contextlib.asynccontextmanager
@@ -387,7 +419,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _many_sessions(quick: bool) -> None:
-    pairs, idle, seconds = (10, 100, 1.0) if quick else (50, 1000, 5.0)
+    pairs, idle, seconds = (10, 100, 0.25) if quick else (50, 1000, 5.0)
     with tempfile.TemporaryDirectory() as folder:
         relay_args = (
             "-m",
@@ -419,41 +451,28 @@ async def _many_sessions(quick: bool) -> None:
             lambda identity, role: _floor_connection(url, identity, role), pairs, idle, seconds
         )
         floor_cpu = _cpu_seconds(pid) - floor_cpu
-    rate, latencies, refused = ours
-    floor_rate, floor_latencies, _ = floor
-    carried = (
-        1
-        + max(int(12_000 * seconds / pairs), SEND_WINDOW)
-        + max(int(STEADY_RATE * seconds / pairs), 1)
-    )
     print(
         f"   {pairs} sender -> receiver pairs beside {idle} idle sessions, envelopes of"
         f" {ENVELOPE_BYTES / 1024:.1f} KiB; floor: a forwarding server (nothing stored)"
     )
-    print(f"     {'':<34} {'relay':>12} {'floor':>12}   ratio")
-    print(
-        f"     {'most carried (env/s)':<34} {rate:12.0f} {floor_rate:12.0f}   "
-        f"{floor_rate / rate:.1f}x"
-    )
+    _header()
+    _row("most carried (env/s)", ours.rate, floor.rate, "{:.0f}", higher_is_better=True)
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
-        value = _percentile(latencies, fraction) * 1000
-        bound = _percentile(floor_latencies, fraction) * 1000
-        print(
-            f"     {f'delivery {label} at {STEADY_RATE}/s (ms)':<34} {value:12.2f} "
-            f"{bound:12.2f}   {value / bound:.1f}x"
-        )
-    per_envelope = cpu / (carried * pairs) * 1e6
-    floor_per_envelope = floor_cpu / (carried * pairs) * 1e6
-    print(
-        f"     {'process CPU per envelope (us)':<34} {per_envelope:12.1f} "
-        f"{floor_per_envelope:12.1f}   {per_envelope / floor_per_envelope:.1f}x"
+        value = _percentile(ours.latencies, fraction) * 1000
+        bound = _percentile(floor.latencies, fraction) * 1000
+        _row(f"delivery {label} at {STEADY_RATE}/s (ms)", value, bound, "{:.2f}")
+    per_envelope = cpu / ours.carried * 1e6
+    floor_per_envelope = floor_cpu / floor.carried * 1e6
+    _row("process CPU per envelope (us)", per_envelope, floor_per_envelope, "{:.1f}")
+    _row(
+        "so one core carries (env/s)",
+        1e6 / per_envelope,
+        1e6 / floor_per_envelope,
+        "{:.0f}",
+        higher_is_better=True,
     )
-    print(
-        f"     {'so one core carries (env/s)':<34} {1e6 / per_envelope:12.0f} "
-        f"{1e6 / floor_per_envelope:12.0f}"
-    )
-    if refused:
-        print(f"     ({refused} sends refused)")
+    if ours.refused:
+        print(f"     ({ours.refused} sends refused)")
 
 
 async def _forward(ws: ServerConnection, receivers: dict[str, ServerConnection]) -> None:
@@ -496,18 +515,13 @@ async def _run(quick: bool) -> None:
     print(f"   {rounds} round trips, burst of {burst}, envelopes of {size / 1024:.1f} KiB")
     print("   round trip: agent send -> relay (queued, fsync) -> device handler -> ack written;")
     print("   floor: a bare websockets echo (send + reply, nothing stored)")
+    _header()
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
         ours = _percentile(relay_latencies, fraction) * 1000
         floor = _percentile(floor_latencies, fraction) * 1000
-        print(
-            f"     round trip {label} {ours:8.2f} ms   floor {floor:8.2f} ms   "
-            f"ratio {ours / floor:.1f}x"
-        )
-    print(f"     round trip mean {statistics.fmean(relay_latencies) * 1000:7.2f} ms")
-    print(
-        f"     throughput {relay_rate:9.0f} env/s   floor {floor_rate:9.0f} msg/s   "
-        f"ratio {floor_rate / relay_rate:.1f}x"
-    )
+        _row(f"round trip {label} (ms)", ours, floor, "{:.2f}")
+    _row("round trip mean (ms)", statistics.fmean(relay_latencies) * 1000, None, "{:.2f}")
+    _row("throughput (env/s)", relay_rate, floor_rate, "{:.0f}", higher_is_better=True)
     await _many_sessions(quick)
 
 
