@@ -113,7 +113,7 @@ def _measure(label: str, plaintext: bytes, seconds: float) -> None:
 
 
 def main(quick: bool) -> None:
-    seconds = 0.3 if quick else 2.0
+    seconds = 0.2 if quick else 2.0
     _measure("typical inbox_update", _update(diff_chars=400, approvals=3), seconds)
     _measure("large inbox_update", _update(diff_chars=256 * 1024, approvals=1), seconds)
 

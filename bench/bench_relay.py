@@ -8,7 +8,7 @@
    measured in the same run, one send + echoed reply per round trip (nothing stored), and a
    pipelined burst of messages of the same size.
 2. Many sessions: the relay as its own process (``python -m bot relay``), holding idle
-   sessions (1,000; 100 in quick mode) beside sender → receiver pairs (50; 10 in quick
+   sessions (1,000; 50 in quick mode) beside sender → receiver pairs (50; 5 in quick
    mode) on raw WebSocket connections. Envelopes of 2.5 KiB have the right shape but random
    ``ct`` and ``sig`` (the relay never opens them). Each receiver acks every delivery at
    once. Measured: the most envelopes a second the relay carries (every sender keeps a
@@ -419,7 +419,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 async def _many_sessions(quick: bool) -> None:
-    pairs, idle, seconds = (10, 100, 0.25) if quick else (50, 1000, 5.0)
+    pairs, idle, seconds = (5, 50, 0.1) if quick else (50, 1000, 5.0)
     with tempfile.TemporaryDirectory() as folder:
         relay_args = (
             "-m",
