@@ -110,11 +110,8 @@ async def _sent(tg: TelegramStub, needle: str, since: int) -> RecordedRequest:
     found: list[RecordedRequest] = []
 
     def arrived(stub: TelegramStub) -> bool:
-        found.extend(
-            r
-            for r in stub.requests[since:]
-            if r.method == "sendMessage" and needle in str(r.params.get("text"))
-        )
+        found.extend(r for r in stub.requests[since:]
+                     if r.method == "sendMessage" and needle in str(r.params.get("text")))
         return bool(found)
 
     await tg.wait_for(arrived, timeout=TIMEOUT_S)
@@ -146,13 +143,8 @@ async def _relay_hop_floor(world: World, rounds: int) -> list[float]:
         arrivals.put_nowait(loop.time())
 
     device = Identity.generate("bench device")
-    client = RelayClient(
-        world.relay.url,
-        device,
-        handler=note,
-        outbox=MemoryOutbox(),
-        backoff_initial=FAST_RELAY["backoff_initial"],
-    )
+    client = RelayClient(world.relay.url, device, handler=note, outbox=MemoryOutbox(),
+                         backoff_initial=FAST_RELAY["backoff_initial"])
     task = asyncio.create_task(client.run())
     world.agent.peers[device.id] = device.card  # a listener only: it never pairs
     body = {**world.agent.inbox(), "approvals": [approval("floor0000")]}
@@ -194,12 +186,10 @@ async def _latency_items(world: World, count: int) -> tuple[list[float], list[fl
         decisions.append(_now() - tapped)
         # Let the card edits and the agent's resolved update finish before the next item.
         await _until(
-            lambda: (
-                agent.unsent == 0
-                and running.store.last_rev(agent.identity.id) == agent.rev
-                and running.store.outbox_depth() == 0
-                and running.worker.idle()
-            ),
+            lambda: agent.unsent == 0
+            and running.store.last_rev(agent.identity.id) == agent.rev
+            and running.store.outbox_depth() == 0
+            and running.worker.idle(),
             "the bot to settle",
         )
         await asyncio.sleep(max(0.0, started + ITEM_SPACING_S - _now()))
@@ -211,8 +201,10 @@ async def _latency(sizes: Sizes, tmp: Path) -> None:
         floor = await _relay_hop_floor(world, sizes.latency_items)
         await world.pair(ADA)
         cards, decisions = await _latency_items(world, sizes.latency_items)
-    _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, chat pace 0")
-    _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart to stay under AIORateLimiter's 30/s)")
+    _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
+           "chat pace 0")
+    _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart to stay under AIORateLimiter's "
+           "30/s)")
     floor_p50, floor_p99 = _percentile(floor, 0.5), _percentile(floor, 0.99)
     _row("", "p50 / p99", "floor p50 / p99")
     for label, values in (
@@ -220,12 +212,9 @@ async def _latency(sizes: Sizes, tmp: Path) -> None:
         ("tap → decision at the agent", decisions),
     ):
         p50, p99 = _percentile(values, 0.5), _percentile(values, 0.99)
-        _row(
-            label,
-            f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms",
-            f"{floor_p50 * 1000:.2f} / {floor_p99 * 1000:.2f} ms",
-            f"{p50 / floor_p50:.1f}x at p50",
-        )
+        _row(label, f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms",
+             f"{floor_p50 * 1000:.2f} / {floor_p99 * 1000:.2f} ms",
+             f"{p50 / floor_p50:.1f}x at p50")
     _title("  floor: one relay hop, Agent.send_raw of a one-item inbox to a bare relay client")
 
 
@@ -238,11 +227,8 @@ def _closest_sends(sends: list[RecordedRequest]) -> float:
     by_chat: dict[int, list[float]] = {}
     for request in sends:
         by_chat.setdefault(int(request.params["chat_id"]), []).append(request.at)
-    gaps = [
-        later - earlier
-        for times in by_chat.values()
-        for earlier, later in itertools.pairwise(times)
-    ]
+    gaps = [later - earlier for times in by_chat.values()
+            for earlier, later in itertools.pairwise(times)]
     return min(gaps, default=float("inf"))
 
 
@@ -274,11 +260,8 @@ async def _burst(sizes: Sizes, tmp: Path) -> None:
             return sum(len(stub.bot_messages(chat_id)) for chat_id in chats)
 
         await tg.wait_for(lambda stub: posted(stub) >= cards_total, timeout=TIMEOUT_S)
-        sends = [
-            r
-            for r in tg.requests[since:]
-            if r.method == "sendMessage" and r.params.get("chat_id") in burst_chats
-        ]
+        sends = [r for r in tg.requests[since:]
+                 if r.method == "sendMessage" and r.params.get("chat_id") in burst_chats]
         elapsed = max(r.at for r in sends) - started
         per_chat_1s = max(tg.max_rate(chat_id) for chat_id in chats)
         per_chat_60s = max(tg.max_rate(chat_id, window=60.0) for chat_id in chats)
@@ -287,35 +270,17 @@ async def _burst(sizes: Sizes, tmp: Path) -> None:
         # Least time the limits allow: one card per second in each chat, and 30 per second
         # overall after the limiter's first full bucket of 30.
         floor = max(sizes.burst_items - 1.0, (cards_total - OVERALL_LIMIT) / OVERALL_LIMIT)
-    _title(
-        f"burst: {sizes.burst_items} approvals × {sizes.burst_chats} private chats = "
-        f"{cards_total} cards, chat pace 1 s, the bot's AIORateLimiter"
-    )
-    _row(
-        "every card posted",
-        f"{elapsed:.1f} s",
-        f"floor {floor:.1f} s",
-        f"{len(sends)} sendMessage calls",
-    )
+    _title(f"burst: {sizes.burst_items} approvals × {sizes.burst_chats} private chats = "
+           f"{cards_total} cards, chat pace 1 s, the bot's AIORateLimiter")
+    _row("every card posted", f"{elapsed:.1f} s", f"floor {floor:.1f} s",
+         f"{len(sends)} sendMessage calls")
     _row("most sends per chat in 1 s", f"{per_chat_1s}", "limit 1", _over(per_chat_1s, 1))
-    _row(
-        "closest two sends in one chat",
-        f"{gaps:.3f} s",
-        "pace 1.000 s",
-        "" if gaps >= 1 else "closer than the pace",
-    )
-    _row(
-        "most sends per chat in 60 s",
-        f"{per_chat_60s}",
-        f"group limit {GROUP_LIMIT_PER_MIN}",
-        "(private chats: not bound by it)",
-    )
-    _row(
-        "most sends overall in 1 s",
-        f"{overall_1s}",
-        f"limit {OVERALL_LIMIT}",
-        _over(overall_1s, OVERALL_LIMIT),
-    )
+    _row("closest two sends in one chat", f"{gaps:.3f} s", "pace 1.000 s",
+         "" if gaps >= 1 else "closer than the pace")
+    _row("most sends per chat in 60 s", f"{per_chat_60s}",
+         f"group limit {GROUP_LIMIT_PER_MIN}", "(private chats: not bound by it)")
+    _row("most sends overall in 1 s", f"{overall_1s}", f"limit {OVERALL_LIMIT}",
+         _over(overall_1s, OVERALL_LIMIT))
     _title("  floor: the least time 1 card/s per chat and 30/s overall allow")
 
 
@@ -365,9 +330,7 @@ async def _bot_process(config: Path, log: Path) -> AsyncIterator[subprocess.Pope
     with log.open("wb") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "bot", "run", "--config", str(config)],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=_bot_environment(),
+            stdout=output, stderr=subprocess.STDOUT, env=_bot_environment(),
         )
     try:
         yield process
@@ -384,7 +347,8 @@ async def _bot_process(config: Path, log: Path) -> AsyncIterator[subprocess.Pope
 async def _pair_loaded_agent(tg: TelegramStub, relay_url: str, name: str, items: int) -> Agent:
     """An agent holding ``items`` approvals, paired through ``/pair``: its first
     ``inbox_update`` (sent on pairing) carries them all."""
-    agent = Agent(Identity.generate(name), relay_url, backoff_initial=FAST_RELAY["backoff_initial"])
+    agent = Agent(Identity.generate(name), relay_url,
+                  backoff_initial=FAST_RELAY["backoff_initial"])
     for index in range(items):
         agent.submit_approval(approval(f"{name}-{index:05d}"))
     await agent.start()
@@ -409,12 +373,10 @@ async def _memory(sizes: Sizes, tmp: Path) -> None:
                 idle_kib = _peak_rss_kib(process.pid)
                 for number in range(agent_count):
                     count = min(ITEMS_PER_UPDATE, sizes.open_items - number * ITEMS_PER_UPDATE)
-                    agents.append(
-                        await _pair_loaded_agent(tg, relay.url, f"agent{number:02d}", count)
-                    )
-                await _until(
-                    lambda: _open_items(database) >= sizes.open_items, "the bot to store every item"
-                )
+                    agents.append(await _pair_loaded_agent(tg, relay.url, f"agent{number:02d}",
+                                                           count))
+                await _until(lambda: _open_items(database) >= sizes.open_items,
+                             "the bot to store every item")
                 loaded_kib = _peak_rss_kib(process.pid)
             except BaseException:
                 print(log.read_text()[-3000:], file=sys.stderr)
@@ -426,25 +388,17 @@ async def _memory(sizes: Sizes, tmp: Path) -> None:
         files = [database, database.with_name(database.name + "-wal")]
         database_bytes = sum(f.stat().st_size for f in files if f.exists())
         items_json = sum(len(json.dumps(a.inbox()["approvals"])) for a in agents)
-    _title(
-        f"memory: the bot process (python -m bot run) with {sizes.open_items:,} open items "
-        f"from {agent_count} agent(s)"
-    )
+    _title(f"memory: the bot process (python -m bot run) with {sizes.open_items:,} open items "
+           f"from {agent_count} agent(s)")
     _title("  (all bound to one private chat; measured once the store holds every item,")
     _title("  while its cards still post at 1 per second)")
     _row("peak RSS, running and idle", _mib(idle_kib))
-    _row(
-        f"peak RSS, {sizes.open_items:,} items open",
-        _mib(loaded_kib),
-        f"idle {_mib(idle_kib)}",
-        f"+{(loaded_kib - idle_kib) / sizes.open_items:.2f} KiB per item",
-    )
+    _row(f"peak RSS, {sizes.open_items:,} items open", _mib(loaded_kib),
+         f"idle {_mib(idle_kib)}",
+         f"+{(loaded_kib - idle_kib) / sizes.open_items:.2f} KiB per item")
     _row("ru_maxrss of the exited bot", _mib(exited_kib))
-    _row(
-        "SQLite database + WAL",
-        _mib(database_bytes / 1024),
-        f"items' JSON {_mib(items_json / 1024)}",
-    )
+    _row("SQLite database + WAL", _mib(database_bytes / 1024),
+         f"items' JSON {_mib(items_json / 1024)}")
 
 
 # --- entry point -------------------------------------------------------------------------
