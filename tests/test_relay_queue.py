@@ -33,9 +33,9 @@ def _id(n: int) -> str:
 
 
 def item(
-    recipient: str, n: int, body: str = "x", sender: str = CAROL, origin: str = ""
+    recipient: str, n: int, body: str = "x", sender: str = CAROL, address: str = ""
 ) -> Incoming:
-    return Incoming(recipient, sender, _id(n), body, origin)
+    return Incoming(recipient, sender, _id(n), body, address)
 
 
 def open_queue(
@@ -190,18 +190,25 @@ def test_recipients_that_never_connected_get_a_small_short_lived_queue(tmp_path:
     queue.close()
 
 
-def test_envelope_and_byte_caps_per_origin(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(origin_count=3, origin_bytes=100))
+def test_envelope_and_byte_caps_per_address(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path, QueueLimits(address_count=3, address_bytes=100))
     results = put(
         queue,
-        item(ALICE, 1, sender=CAROL, origin="192.0.2.7"),
-        item(BOB, 2, sender=MALLORY, origin="192.0.2.7"),
-        item(ALICE, 3, "m" * 99, sender=MALLORY, origin="192.0.2.7"),  # over 100 bytes
-        item(BOB, 4, sender=CAROL, origin="192.0.2.7"),
-        item(BOB, 5, sender=CAROL, origin="192.0.2.7"),  # a fourth envelope
-        item(BOB, 6, sender=CAROL, origin="198.51.100.1"),
+        item(ALICE, 1, sender=CAROL, address="192.0.2.7"),
+        item(BOB, 2, sender=MALLORY, address="192.0.2.7"),
+        item(ALICE, 3, "m" * 99, sender=MALLORY, address="192.0.2.7"),  # over 100 bytes
+        item(BOB, 4, sender=CAROL, address="192.0.2.7"),
+        item(BOB, 5, sender=CAROL, address="192.0.2.7"),  # a fourth envelope
+        item(BOB, 6, sender=CAROL, address="198.51.100.1"),
     )
-    assert results == [QUEUED, QUEUED, PutResult.ORIGIN_FULL, QUEUED, PutResult.ORIGIN_FULL, QUEUED]
+    assert results == [
+        QUEUED,
+        QUEUED,
+        PutResult.ADDRESS_FULL,
+        QUEUED,
+        PutResult.ADDRESS_FULL,
+        QUEUED,
+    ]
     queue.close()
 
 

@@ -69,10 +69,10 @@ _LIMITS: tuple[tuple[str, str, float, str], ...] = (
     (
         "--address-queue-cap",
         "envelopes kept from one network address",
-        limits.DEFAULT_ORIGIN_COUNT,
+        limits.DEFAULT_ADDRESS_COUNT,
         "",
     ),
-    ("--address-bytes", "bytes kept from one network address", limits.DEFAULT_ORIGIN_BYTES, "mib"),
+    ("--address-bytes", "bytes kept from one network address", limits.DEFAULT_ADDRESS_BYTES, "mib"),
     ("--total-bytes", "bytes kept by the whole relay", limits.DEFAULT_TOTAL_BYTES, "mib"),
     ("--max-age", "seconds an undelivered envelope is kept", limits.DEFAULT_MAX_AGE_S, "days"),
     (

@@ -15,8 +15,8 @@ DEFAULT_STRANGER_COUNT: Final = 1_000
 DEFAULT_STRANGER_BYTES: Final = 16 * MIB
 DEFAULT_UNSEEN_COUNT: Final = 100
 DEFAULT_UNSEEN_BYTES: Final = 4 * MIB
-DEFAULT_ORIGIN_COUNT: Final = 20_000
-DEFAULT_ORIGIN_BYTES: Final = 512 * MIB
+DEFAULT_ADDRESS_COUNT: Final = 20_000
+DEFAULT_ADDRESS_BYTES: Final = 512 * MIB
 DEFAULT_TOTAL_BYTES: Final = 2048 * MIB
 DEFAULT_MAX_AGE_S: Final = 7 * 24 * 3600
 DEFAULT_UNSEEN_MAX_AGE_S: Final = 24 * 3600
@@ -31,7 +31,7 @@ DEFAULT_IDLE_TIMEOUT_S: Final = 900.0
 @dataclass(frozen=True)
 class QueueLimits:
     """How much may wait. Sender limits apply to each (sender, recipient) pair, stranger
-    and unseen limits to each recipient, origin limits to each network address."""
+    and unseen limits to each recipient, address limits to each network address."""
 
     recipient_count: int = DEFAULT_RECIPIENT_COUNT
     recipient_bytes: int = DEFAULT_RECIPIENT_BYTES
@@ -41,8 +41,8 @@ class QueueLimits:
     stranger_bytes: int = DEFAULT_STRANGER_BYTES
     unseen_count: int = DEFAULT_UNSEEN_COUNT
     unseen_bytes: int = DEFAULT_UNSEEN_BYTES
-    origin_count: int = DEFAULT_ORIGIN_COUNT
-    origin_bytes: int = DEFAULT_ORIGIN_BYTES
+    address_count: int = DEFAULT_ADDRESS_COUNT
+    address_bytes: int = DEFAULT_ADDRESS_BYTES
     total_bytes: int = DEFAULT_TOTAL_BYTES
 
 

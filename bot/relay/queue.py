@@ -18,7 +18,7 @@ bounds are drawn so that throwaway identities cannot crowd out real corresponden
   recipient when the recipient acknowledges one of its envelopes;
 - per recipient that has never connected to this relay: a small queue, kept for a short
   time only (:meth:`RelayQueue.purge`);
-- per origin (the sending connection's network address): envelopes and bytes in all;
+- per address (the sending connection's network address): envelopes and bytes in all;
 - for the whole relay: bytes.
 
 Usage is counted in memory (recounted from the file on open and after a purge), so
@@ -54,7 +54,7 @@ CREATE TABLE queue (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     recipient TEXT NOT NULL,
     sender TEXT NOT NULL,
-    origin TEXT NOT NULL,
+    address TEXT NOT NULL,
     envelope_id TEXT NOT NULL,
     size INTEGER NOT NULL,
     queued_ms INTEGER NOT NULL,
@@ -86,7 +86,7 @@ DROP INDEX IF EXISTS queue_by_recipient;
 DROP INDEX IF EXISTS queue_by_envelope;
 DROP INDEX IF EXISTS queue_by_age;
 {tables}
-INSERT INTO queue (seq, recipient, sender, origin, envelope_id, size, queued_ms, body) {copy};
+INSERT INTO queue (seq, recipient, sender, address, envelope_id, size, queued_ms, body) {copy};
 DROP TABLE queue_old;
 INSERT OR IGNORE INTO recipients SELECT DISTINCT recipient, 0 FROM queue;
 INSERT OR IGNORE INTO contacts SELECT DISTINCT recipient, sender FROM queue;
@@ -104,7 +104,7 @@ class Incoming:
     sender: str
     envelope_id: str
     body: str
-    origin: str = ""
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class PutResult(enum.Enum):
     """The share of the recipient's queue for senders it has never acknowledged is used up."""
     UNSEEN_FULL = "unseen_full"
     """The recipient has never connected, and its small queue is full."""
-    ORIGIN_FULL = "origin_full"
+    ADDRESS_FULL = "address_full"
     """The sender's network address has as much queued as it may."""
     RELAY_FULL = "relay_full"
     """The relay holds as many bytes as it may."""
@@ -179,13 +179,13 @@ class _Usage:
     pair_bytes: Counter[tuple[str, str]] = field(default_factory=Counter)
     stranger_count: Counter[str] = field(default_factory=Counter)
     stranger_bytes: Counter[str] = field(default_factory=Counter)
-    origin_count: Counter[str] = field(default_factory=Counter)
-    origin_bytes: Counter[str] = field(default_factory=Counter)
+    address_count: Counter[str] = field(default_factory=Counter)
+    address_bytes: Counter[str] = field(default_factory=Counter)
     total_bytes: int = 0
     connected: set[str] = field(default_factory=set)
     contacts: set[tuple[str, str]] = field(default_factory=set)
 
-    def add(self, recipient: str, sender: str, origin: str, size: int, count: int = 1) -> None:
+    def add(self, recipient: str, sender: str, address: str, size: int, count: int = 1) -> None:
         pair = (recipient, sender)
         self.count[recipient] += count
         self.bytes[recipient] += size
@@ -194,17 +194,17 @@ class _Usage:
         if pair not in self.contacts:
             self.stranger_count[recipient] += count
             self.stranger_bytes[recipient] += size
-        self.origin_count[origin] += count
-        self.origin_bytes[origin] += size
+        self.address_count[address] += count
+        self.address_bytes[address] += size
         self.total_bytes += size
         if count < 0:
             _drop_empty(self.count, self.bytes, key=recipient)
             _drop_empty(self.pair_count, self.pair_bytes, key=pair)
             _drop_empty(self.stranger_count, self.stranger_bytes, key=recipient)
-            _drop_empty(self.origin_count, self.origin_bytes, key=origin)
+            _drop_empty(self.address_count, self.address_bytes, key=address)
 
-    def remove(self, recipient: str, sender: str, origin: str, size: int) -> None:
-        self.add(recipient, sender, origin, -size, count=-1)
+    def remove(self, recipient: str, sender: str, address: str, size: int) -> None:
+        self.add(recipient, sender, address, -size, count=-1)
 
     def add_contact(self, recipient: str, sender: str) -> bool:
         """Record that ``recipient`` acknowledged ``sender``; ``False`` if it already had."""
@@ -224,10 +224,10 @@ class _Usage:
         if self.total_bytes + size > limits.total_bytes:
             return PutResult.RELAY_FULL
         if (
-            self.origin_count[item.origin] + 1 > limits.origin_count
-            or self.origin_bytes[item.origin] + size > limits.origin_bytes
+            self.address_count[item.address] + 1 > limits.address_count
+            or self.address_bytes[item.address] + size > limits.address_bytes
         ):
-            return PutResult.ORIGIN_FULL
+            return PutResult.ADDRESS_FULL
         if (
             self.count[recipient] + 1 > limits.recipient_count
             or self.bytes[recipient] + size > limits.recipient_bytes
@@ -333,13 +333,13 @@ class RelayQueue:
         row = self._db.execute(
             "DELETE FROM queue WHERE seq = (SELECT seq FROM queue"
             " WHERE recipient = ? AND envelope_id = ? ORDER BY seq LIMIT 1)"
-            " RETURNING sender, origin, size",
+            " RETURNING sender, address, size",
             (ack.recipient, ack.envelope_id),
         ).fetchone()
         if row is None:
             return 0
-        sender, origin, size = row
-        self._usage.remove(ack.recipient, sender, origin, size)
+        sender, address, size = row
+        self._usage.remove(ack.recipient, sender, address, size)
         if self._usage.add_contact(ack.recipient, sender):
             self._db.execute(
                 "INSERT OR IGNORE INTO contacts (recipient, sender) VALUES (?, ?)",
@@ -355,12 +355,12 @@ class RelayQueue:
             return PutResult.DUPLICATE if self._contains(item) else refusal, 0
         cursor = self._db.execute(
             "INSERT OR IGNORE INTO queue"
-            " (recipient, sender, origin, envelope_id, size, queued_ms, body)"
+            " (recipient, sender, address, envelope_id, size, queued_ms, body)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 item.recipient,
                 item.sender,
-                item.origin,
+                item.address,
                 item.envelope_id,
                 size,
                 now_ms,
@@ -369,7 +369,7 @@ class RelayQueue:
         )
         if cursor.rowcount == 0:
             return PutResult.DUPLICATE, 0
-        self._usage.add(item.recipient, item.sender, item.origin, size)
+        self._usage.add(item.recipient, item.sender, item.address, size)
         return PutResult.QUEUED, int(cursor.lastrowid or 0)
 
     def pending(
@@ -432,8 +432,8 @@ class RelayQueue:
             connected = self._db.execute("SELECT id FROM recipients").fetchall()
             contacts = self._db.execute("SELECT recipient, sender FROM contacts").fetchall()
             rows = self._db.execute(
-                "SELECT recipient, sender, origin, COUNT(*), SUM(size) FROM queue"
-                " GROUP BY recipient, sender, origin"
+                "SELECT recipient, sender, address, COUNT(*), SUM(size) FROM queue"
+                " GROUP BY recipient, sender, address"
             ).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read the relay queue: {exc}") from exc
@@ -441,8 +441,8 @@ class RelayQueue:
             connected={recipient for (recipient,) in connected},
             contacts={(recipient, sender) for recipient, sender in contacts},
         )
-        for recipient, sender, origin, count, size in rows:
-            usage.add(recipient, sender, origin, size, count)
+        for recipient, sender, address, count, size in rows:
+            usage.add(recipient, sender, address, size, count)
         self._usage = usage
 
 

@@ -82,10 +82,10 @@ from bot.relay.frames import (
     sent_frame,
 )
 from bot.relay.limits import (
+    DEFAULT_ADDRESS_BYTES,
+    DEFAULT_ADDRESS_COUNT,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_AGE_S,
-    DEFAULT_ORIGIN_BYTES,
-    DEFAULT_ORIGIN_COUNT,
     DEFAULT_RECIPIENT_BYTES,
     DEFAULT_RECIPIENT_COUNT,
     DEFAULT_SENDER_BYTES,
@@ -382,8 +382,8 @@ class RelayServer:
         stranger_bytes: int = DEFAULT_STRANGER_BYTES,
         unseen_queue_cap: int = DEFAULT_UNSEEN_COUNT,
         unseen_bytes: int = DEFAULT_UNSEEN_BYTES,
-        address_queue_cap: int = DEFAULT_ORIGIN_COUNT,
-        address_bytes: int = DEFAULT_ORIGIN_BYTES,
+        address_queue_cap: int = DEFAULT_ADDRESS_COUNT,
+        address_bytes: int = DEFAULT_ADDRESS_BYTES,
         total_bytes: int = DEFAULT_TOTAL_BYTES,
         max_age_s: float = DEFAULT_MAX_AGE_S,
         unseen_max_age_s: float = DEFAULT_UNSEEN_MAX_AGE_S,
@@ -407,8 +407,8 @@ class RelayServer:
             stranger_bytes=stranger_bytes,
             unseen_count=unseen_queue_cap,
             unseen_bytes=unseen_bytes,
-            origin_count=address_queue_cap,
-            origin_bytes=address_bytes,
+            address_count=address_queue_cap,
+            address_bytes=address_bytes,
             total_bytes=total_bytes,
         )
         self._max_age_ms = int(max_age_s * 1000)
@@ -705,7 +705,7 @@ class RelayServer:
             return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
         body = frame.text if frame.text is not None else encode_envelope(frame.envelope)
         item = Incoming(
-            envelope.recipient, envelope.sender, envelope.id, body, origin=session.ws.address
+            envelope.recipient, envelope.sender, envelope.id, body, address=session.ws.address
         )
         future: asyncio.Future[PutResult | None] = asyncio.get_running_loop().create_future()
         self._schedule_commit()
@@ -852,7 +852,7 @@ _FULL_DETAILS: Final = {
     PutResult.SENDER_FULL: "your share of the recipient's queue is full",
     PutResult.STRANGERS_FULL: "the recipient's queue for senders it has not heard is full",
     PutResult.UNSEEN_FULL: "the recipient has never connected and its queue is full",
-    PutResult.ORIGIN_FULL: "your address has as much queued as it may",
+    PutResult.ADDRESS_FULL: "your address has as much queued as it may",
     PutResult.RELAY_FULL: "the relay is full",
 }
 
