@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import statistics
@@ -39,12 +38,11 @@ from pathlib import Path
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 
-from bot.protocol.encoding import b64u_decode, b64u_encode
+from bot.protocol.encoding import b64u_encode
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
-from bot.protocol.relayauth import auth_frame
-from bot.relay.client import MemoryOutbox, RelayClient
+from bot.relay.client import MemoryOutbox, RelayClient, authenticate
 from bot.relay.frames import MAX_FRAME_BYTES, deliver_frame, encode_envelope, send_frame
 from bot.relay.server import RelayServer
 
@@ -239,10 +237,7 @@ Connector = Callable[[Identity, str], Awaitable[ClientConnection]]
 
 async def _relay_connection(url: str, identity: Identity, role: str) -> ClientConnection:
     ws = await connect(url, max_size=MAX_FRAME_BYTES, compression=None, ping_interval=None)
-    challenge = json.loads(await ws.recv())
-    await ws.send(json.dumps(auth_frame(identity, b64u_decode(challenge["nonce"]))))
-    ready = json.loads(await ws.recv())
-    assert ready["type"] == "ready", ready
+    await authenticate(ws, identity)
     return ws
 
 

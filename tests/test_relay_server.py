@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -36,22 +35,6 @@ from bot.relay.server import (
 )
 
 TIMEOUT = 5.0
-
-
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
-    async with RelayServer(tmp_path / "relay", queue_cap=3) as server:
-        yield server
-
-
-@pytest.fixture
-def alice() -> Identity:
-    return Identity.generate("alice")
-
-
-@pytest.fixture
-def bob() -> Identity:
-    return Identity.generate("bob")
 
 
 async def recv(ws: ClientConnection) -> dict[str, object]:
@@ -254,16 +237,17 @@ async def test_second_session_replaces_the_first(
     await second.close()
 
 
-async def test_queue_cap(relay: RelayServer, alice: Identity, bob: Identity) -> None:
-    a = await session(relay.url, alice)
-    for n in range(3):
-        await send(a, {"type": "send", "envelope": envelope(alice, bob, n)})
-        assert (await recv(a))["type"] == "sent"
-    env = envelope(alice, bob, 3)
-    await send(a, {"type": "send", "envelope": env})
-    refused = await recv(a)
-    assert (refused["code"], refused["id"]) == ("queue_full", env["id"])
-    await a.close()
+async def test_queue_cap(tmp_path: Path, alice: Identity, bob: Identity) -> None:
+    async with RelayServer(tmp_path, queue_cap=3) as relay:
+        a = await session(relay.url, alice)
+        for n in range(3):
+            await send(a, {"type": "send", "envelope": envelope(alice, bob, n)})
+            assert (await recv(a))["type"] == "sent"
+        env = envelope(alice, bob, 3)
+        await send(a, {"type": "send", "envelope": env})
+        refused = await recv(a)
+        assert (refused["code"], refused["id"]) == ("queue_full", env["id"])
+        await a.close()
 
 
 def size(env: dict[str, object]) -> int:
