@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot.relay import limits
+from bot.signals import until_signalled
 
 if TYPE_CHECKING:
     from bot.relay.server import RelayServer
@@ -180,12 +179,7 @@ def _dest(flag: str) -> str:
 
 
 async def _serve_until_signalled(relay: RelayServer) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):  # no such handlers here: Ctrl-C works
-            loop.add_signal_handler(signum, stop.set)
     async with relay:
         log.info("relay listening on %s", relay.url)
-        await stop.wait()
+        await until_signalled()
         log.info("relay shutting down")
