@@ -13,11 +13,11 @@ session.
 The relay is meant to face the internet, where anyone can connect and make identities, so
 everything a stranger can make it hold is bounded:
 
-- connections (:class:`bot.relay.limits.ConnectionLimits`): in all, and per network address (an IPv6
-  address counts by its /64) before and after authentication. A connection over a limit
-  is closed the moment it is accepted; a session over the authenticated limit is closed
-  with code 1013 right after authenticating. When the process runs out of file
-  descriptors, accepting pauses for a second instead of spinning;
+- connections (:class:`bot.relay.limits.ConnectionLimits`): in all, and per network
+  address (an IPv6 address counts by its /64) before and after authentication. A
+  connection over a limit is closed the moment it is accepted; a session over the
+  authenticated limit is closed with code 1013 right after authenticating. When the
+  process runs out of file descriptors, accepting pauses for a second instead of spinning;
 - time: a session that carries nothing for ``idle_timeout`` seconds is closed (code 1000);
 - refused frames: after :data:`MAX_REFUSED_FRAMES` refused frames in a row (bad frames,
   bad envelopes, frames before authentication) the connection is closed (code 1008), and
@@ -31,11 +31,12 @@ everything a stranger can make it hold is bounded:
   :data:`DELIVER_PAGE_BYTES` at a time, and at most ``DELIVER_WINDOW`` (256) of them,
   and :data:`DELIVER_WINDOW_BYTES`, wait unacknowledged per session.
 
-``sent`` is answered only once the envelope is committed (``synchronous=FULL``), and an
-acknowledged envelope is forgotten only by a committed deletion. Everything that arrives
-in one turn of the event loop, from every session (envelopes, acknowledgements, new
-sessions), shares one transaction: a burst costs one disk sync rather than one per frame.
-Answers keep the order of the frames they answer.
+``sent`` is answered, and an envelope delivered, only once it is committed
+(``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
+deletion. Transactions are written one after another in a worker thread while the event
+loop goes on reading: everything that arrives meanwhile, from every session (envelopes,
+acknowledgements, new sessions), shares the next transaction, so a burst costs one disk
+sync rather than one per frame. Answers keep the order of the frames they answer.
 """
 
 from __future__ import annotations
