@@ -503,7 +503,7 @@ async def _serve_floor() -> None:
 
 
 async def _run(quick: bool) -> None:
-    rounds, burst = (200, 1000) if quick else (2000, 10000)
+    rounds, burst = (100, 500) if quick else (2000, 10000)
     relay_latencies, relay_rate = await _relay_numbers(rounds, burst)
     floor_latencies, floor_rate = await _floor_numbers(rounds, burst)
     size = len(encode_envelope(_envelopes(1)[0]))
