@@ -32,6 +32,7 @@ from bot.relay.server import (
     PRE_AUTH_FRAME_BYTES,
     WARNINGS_PER_MINUTE,
     RelayServer,
+    address_key,
 )
 
 TIMEOUT = 5.0
@@ -676,3 +677,11 @@ async def test_out_of_descriptors_pauses_accepting(tmp_path: Path, alice: Identi
         async with asyncio.timeout(TIMEOUT):
             await process.wait()
         await reader
+
+
+def test_an_address_is_an_ipv4_address_or_an_ipv6_64() -> None:
+    assert address_key(("192.0.2.7", 5000)) == "192.0.2.7"
+    assert address_key(("::ffff:192.0.2.7", 5000, 0, 0)) == "192.0.2.7"
+    assert address_key(("2001:db8:1:2:aaaa::1", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert address_key(("2001:db8:1:2:bbbb::9", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert address_key(("2001:db8:1:3::1", 5000, 0, 0)) == "2001:db8:1:3::/64"

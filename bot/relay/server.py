@@ -240,7 +240,7 @@ class _Connection(ServerConnection):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self.address = _address_key(transport.get_extra_info("peername"))
+        self.address = address_key(transport.get_extra_info("peername"))
         self.admitted = self.admission.admit(self.address)
         if not self.admitted:
             assert isinstance(transport, asyncio.Transport)
@@ -880,7 +880,7 @@ def _only_relay_path(connection: ServerConnection, request: Request) -> Response
     return None
 
 
-def _address_key(peer: object) -> str:
+def address_key(peer: object) -> str:
     """The address a connection counts against: its IP, or the /64 of an IPv6 address."""
     host = peer[0] if isinstance(peer, tuple) and peer else peer
     try:
