@@ -321,25 +321,26 @@ class Bridge:
                               _maybe_ms(entry.at) or now)
             if grants.add_activity(row):
                 fresh.append(row)
-        for binding in self._store.agents.bindings_for_agent(agent_id):
-            if not fresh:
-                break
-            chat_id = binding.chat_id
-            note = grants.latest_note(chat_id, "activity")
-            if note is None or note.opened_at <= now - ACTIVITY_WINDOW_MS:
-                topic = binding.topic_id if binding.topic_id is not None \
-                    else self.policy(chat_id).topic
-                note_id = grants.add_note("activity", chat_id, topic, now)
-            else:
-                note_id = note.note_id
+        bindings = self._store.agents.bindings_for_agent(agent_id)
+        chats: list[int | None] = [b.chat_id for b in bindings] or [None]
+        for chat_id in chats:
             for row in fresh:
-                grants.add_note_line(note_id, agent_id, row.entry_id)
                 grant = grants.get(agent_id, row.grant_id) if row.grant_id else None
                 self._store.audit.append(
                     "grant_used", at=now, chat_id=chat_id, agent_id=agent_id,
                     user_name=grant.granted_by if grant else None, grant_id=row.grant_id,
                     entry_id=row.entry_id, tool=row.tool, summary=row.summary,
                 )
+        for binding in bindings if fresh else []:
+            note = grants.latest_note(binding.chat_id, "activity")
+            if note is None or note.opened_at <= now - ACTIVITY_WINDOW_MS:
+                topic = binding.topic_id if binding.topic_id is not None \
+                    else self.policy(binding.chat_id).topic
+                note_id = grants.add_note("activity", binding.chat_id, topic, now)
+            else:
+                note_id = note.note_id
+            for row in fresh:
+                grants.add_note_line(note_id, agent_id, row.entry_id)
             grants.mark_note(note_id)
 
     def _bind(self, agent_id: str, chat_id: int, topic_id: int | None, now: int) -> None:
