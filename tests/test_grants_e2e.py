@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from agenthost_world import CLI, HostWorld, finished, host_world, run_cli
+from mcp import ClientSession, StdioServerParameters, stdio_client
 from world import ADA
 
 from bot.playground.stub import StoredMessage
@@ -154,3 +156,37 @@ async def test_ask_offers_a_grant_only_with_a_key(tmp_path: Path) -> None:
         assert second.code == 0
         assert re.fullmatch(r"approved by Ada Lovelace's grant \(deploys to staging, "
                             r"(29|30) min left\)\n", second.out), second.out
+
+
+async def test_a_gateway_grant_covers_that_tool_of_that_server(tmp_path: Path) -> None:
+    upstream = Path(__file__).parent / "mcp_upstream.py"
+    record = tmp_path / "calls.jsonl"
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        params = StdioServerParameters(
+            command=CLI[0], args=[*CLI[1:], "mcp", "gateway", "--", sys.executable,
+                                  str(upstream)],
+            env={**hw.host.env, "UPSTREAM_RECORD": str(record)})
+        async with stdio_client(params) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "a"}))
+            card = await hw.world.wait_card(ADA, "name: a")
+            hw.world.tap(ADA, card, ADA, "Approve + delete_note of notes for 30 min")
+            assert not (await call).is_error
+
+            covered = await session.call_tool("delete_note", {"name": "b"})
+            assert not covered.is_error
+            await hw.tg.wait_for(lambda tg: any("delete_note" in m.text for m in activity(hw)))
+            other = asyncio.create_task(session.call_tool("read_note", {"name": "c"}))
+            card = await hw.world.wait_card(ADA, "read_note")
+            hw.world.tap(ADA, card, ADA, "❌ Deny")
+            assert (await other).is_error
+        async with hw.host.client() as client:
+            (grant,) = await client.grants()
+        assert (grant["label"], grant["uses"]) == ("`delete_note` of notes", 1)
+        assert [c["arguments"]["name"] for c in json_lines(record)] == ["a", "b"]
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
