@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bot.errors import ConfigError
+from bot.policy import SERVICE_IDS
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
@@ -236,6 +237,14 @@ def _user_ids(value: object, key: str) -> frozenset[int]:
         isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
     ):
         raise ConfigError(f"{key}: must be a list of Telegram user ids (positive integers)")
+    service = sorted(SERVICE_IDS.intersection(value))
+    if service:
+        # Taps never come from these ids (they stand for anonymous admins, channels and
+        # Telegram itself), so listing one is a mistake that would silently grant nothing.
+        raise ConfigError(
+            f"{key}: {', '.join(map(str, service))} is a Telegram service id, not a person; "
+            "list the user ids of people"
+        )
     return frozenset(value)
 
 

@@ -37,6 +37,10 @@ MAX_PAYLOAD_BYTES = 1 << 20
 
 PAYLOAD_VERSION = 1
 
+MAX_INT = 2**63 - 1
+"""The largest integer a payload may carry: every one of them may reach SQLite, whose
+integers are signed 64-bit."""
+
 
 @dataclass(frozen=True)
 class Block:
@@ -497,8 +501,8 @@ def _optional_str(obj: dict[str, JSON], name: str, where: str) -> str | None:
 
 def _int(obj: dict[str, JSON], name: str, where: str) -> int:
     value = obj.get(name)
-    if not is_int(value) or value < 0:
-        raise PayloadError(f"{where}: {name} must be a non-negative integer")
+    if not is_int(value) or not 0 <= value <= MAX_INT:
+        raise PayloadError(f"{where}: {name} must be an integer from 0 to 2^63-1")
     return value
 
 

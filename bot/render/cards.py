@@ -57,6 +57,8 @@ _REASON_ROOM = (300, 8)
 _TAP_NAME_ROOM = (32, 2)
 _MAX_TAPS_SHOWN = 10
 _FILENAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
+_SPOILER = re.compile(r"<tg-spoiler>.*?</tg-spoiler>", re.DOTALL)
+SPOILER_MASK = "••••••"
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,10 @@ class Renderer:
         title = mask(clean(approval.summary)).strip()
         context = self._header_context(agent_name, approval.expires_at, now, status, mask)
         context["tool"] = _capped(mask(clean(approval.tool)).strip(), _NAME_ROOM)
-        stem = _filename_part(approval.tool) + "-" + _filename_part(approval.id)
+        # A secret can sit in the tool name or the item id too: the file name, like
+        # everything else a chat sees, is built from masked text.
+        stem = _filename_part(mask(clean(approval.tool))) + "-" + _filename_part(
+            mask(clean(approval.id)))
         return self._card(self._approval, views, title, context, stem)
 
     def question_card(
@@ -239,7 +244,8 @@ class Renderer:
         if fitted.cut or title_cut:
             attached = list(views) if title_cut else [views[i] for i in fitted.cut]
             attachment = self._attach(stem, title, attached, verbatim=not title_cut)
-        return RenderedCard(html=fitted.html, plain=fitted.measure.plain, attachment=attachment)
+        return RenderedCard(html=fitted.html, plain=_plain_fallback(fitted.html),
+                            attachment=attachment)
 
     def _minimal_card(self, views: Sequence[BlockView], render_card: RenderCard) -> Fitted:
         log.warning("card details do not fit; sending header and summary only")
@@ -347,6 +353,12 @@ def _extension(view: BlockView) -> str:
     if view.kind == "json" and view.language == "json":
         return ".json"
     return ".txt"
+
+
+def _plain_fallback(card_html: str) -> str:
+    """The card's visible text for the plain-text fallback, spoilered secrets masked: plain
+    text has no spoiler to hide them behind."""
+    return measure(_SPOILER.sub(SPOILER_MASK, card_html)).plain
 
 
 def _filename_part(text: str) -> str:
