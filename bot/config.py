@@ -1,7 +1,8 @@
 """The configuration file (TOML) and environment, validated into frozen dataclasses.
 
 Lookup order for the file: ``--config PATH``, then ``$SKALD_TELEGRAM_CONFIG``, then
-``./skald-telegram.toml``. ``$TELEGRAM_BOT_TOKEN`` overrides ``telegram.token`` and
+``./skald-telegram.toml``. ``$TELEGRAM_BOT_TOKEN`` (or the file ``$TELEGRAM_BOT_TOKEN_FILE``
+names) overrides ``telegram.token`` and
 ``$SKALD_TELEGRAM_STATE_DIR`` overrides ``state.dir``. Every error names the key and what is
 wrong with it.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bot.errors import ConfigError
+from bot.logsafety import redact_value
 from bot.policy import SERVICE_IDS
 
 DEFAULT_PATH = Path("skald-telegram.toml")
@@ -127,7 +129,7 @@ def load_config(
     config = parse_config(data, base=path.parent if path.exists() else Path.cwd(), source=path)
     if environ.get("SKALD_TELEGRAM_STATE_DIR"):
         config = replace(config, state_dir=Path(environ["SKALD_TELEGRAM_STATE_DIR"]))
-    token = environ.get("TELEGRAM_BOT_TOKEN") or config.token
+    token = environ.get("TELEGRAM_BOT_TOKEN") or _token_from_file(environ) or config.token
     if require_token and not token:
         raise ConfigError(
             "telegram.token: no bot token; set TELEGRAM_BOT_TOKEN or telegram.token in "
@@ -135,7 +137,24 @@ def load_config(
         )
     if token and ":" not in token:
         raise ConfigError("telegram.token: does not look like a bot token (ID:SECRET)")
+    redact_value(token)
     return _replace_token(config, token)
+
+
+def _token_from_file(environ: Mapping[str, str]) -> str:
+    """The token in the file ``$TELEGRAM_BOT_TOKEN_FILE`` names (Docker and systemd
+    secrets), or ``""`` when the variable is not set."""
+    name = environ.get("TELEGRAM_BOT_TOKEN_FILE")
+    if not name:
+        return ""
+    try:
+        token = Path(name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"TELEGRAM_BOT_TOKEN_FILE: cannot read {name}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from exc
+    if not token:
+        raise ConfigError(f"TELEGRAM_BOT_TOKEN_FILE: {name} is empty")
+    return token
 
 
 def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:

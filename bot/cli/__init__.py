@@ -17,6 +17,7 @@ from typing import Final
 
 from bot import __version__
 from bot.errors import SkaldError
+from bot.logsafety import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # httpx logs every request URL, and Bot API URLs contain the bot token.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    configure_logging(verbose=args.verbose)
     try:
         return int(args.handler(args))
     except SkaldError as exc:
