@@ -24,6 +24,7 @@ from bot.health import HEARTBEAT_S, write_status
 from bot.keyfile import load_or_create_identity
 from bot.relays import RelayPool
 from bot.render import Renderer
+from bot.statedir import ensure_state_dir
 from bot.store import Store
 from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
@@ -105,6 +106,7 @@ class Bot:
     async def _start(self, stack: contextlib.AsyncExitStack) -> Running:
         """Start every part, registering its shutdown on ``stack`` (undone in reverse)."""
         config = self._config
+        ensure_state_dir(config.state_dir)
         application = build_application(config)
         try:
             await application.initialize()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import io
 import json
@@ -17,20 +18,54 @@ from bot.clock import from_ms
 from bot.config import Config, load_config
 from bot.errors import ConfigError, SkaldError
 from bot.health import check_status
-from bot.keyfile import load_or_create_identity
+from bot.keyfile import load_identity, load_or_create_identity
 from bot.protocol.encoding import format_rfc3339, parse_rfc3339
 from bot.protocol.identity import Identity
 from bot.protocol.pairing import parse_pairing_uri
 from bot.relays import RelayPool
+from bot.statedir import ensure_state_dir
 from bot.store import AuditRow, Store
 
 PAIRING_TIMEOUT_S = 30.0
-DEFAULT_DEVICE_NAME = "Telegram bridge"
+USERNAME_TIMEOUT_S = 5.0
 
 
-def device_identity(config: Config) -> Identity:
-    """The device identity in the state folder, created (0600) on first use."""
-    return load_or_create_identity(config.identity_path, config.device_name or DEFAULT_DEVICE_NAME)
+def device_identity(config: Config, username: str | None = None) -> Identity:
+    """The device identity in the state folder, created (0600) on first use, named by
+    :func:`device_name`."""
+    ensure_state_dir(config.state_dir)
+    return load_or_create_identity(config.identity_path, device_name(config, username))
+
+
+def device_name(config: Config, username: str | None) -> str:
+    """``device.name``, else ``Telegram @<bot username>`` (as the running bot names it),
+    else the name already stored, else ``Telegram bot``."""
+    if config.device_name:
+        return config.device_name
+    if username:
+        return f"Telegram @{username}"
+    if config.identity_path.exists():
+        return load_identity(config.identity_path).name
+    return "Telegram bot"
+
+
+async def bot_username(config: Config) -> str | None:
+    """The bot's username from ``getMe``, or None without a token or an answer."""
+    if not config.token:
+        return None
+    import telegram
+    from telegram import error as tg_error
+
+    bot = telegram.Bot(config.token, base_url=f"{config.api_url}/bot")
+    try:
+        async with asyncio.timeout(USERNAME_TIMEOUT_S):
+            await bot.initialize()
+            return bot.username
+    except (tg_error.TelegramError, TimeoutError):
+        return None
+    finally:
+        with contextlib.suppress(tg_error.TelegramError):
+            await bot.shutdown()
 
 
 def identity_command(args: argparse.Namespace) -> int:
@@ -65,9 +100,10 @@ def pair_command(args: argparse.Namespace) -> int:
 
 async def _pair(config: Config, relay: str, uri_text: str, chat_id: int, timeout: float) -> int:
     uri = parse_pairing_uri(uri_text)
+    identity = device_identity(config, await bot_username(config))
     store = Store.open(config.database_path)
     done = asyncio.Event()
-    bridge = Bridge(identity=device_identity(config), store=store, config=config,
+    bridge = Bridge(identity=identity, store=store, config=config,
                     clock=time.time, on_change=done.set, on_outbox=lambda url: pool.wake(url))
     pool = RelayPool(bridge)
     try:
@@ -116,6 +152,11 @@ def audit_command(args: argparse.Namespace) -> int:
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=UTC)
         since = int(moment.timestamp() * 1000)
+    ensure_state_dir(config.state_dir, create=False)
+    if not config.database_path.is_file():
+        print(f"skald-telegram: no database at {config.database_path} (check state.dir, "
+              "or --config)", file=sys.stderr)
+        return 1
     store = Store.open(config.database_path)
     try:
         rows = store.audit_rows(chat_id=args.chat, since_ms=since)

@@ -102,3 +102,7 @@ class Throttled(TelegramError):
 
 class MessageGone(TelegramError):
     """The message to edit no longer exists (deleted by someone)."""
+
+
+class StateDirError(SkaldError):
+    """The state folder cannot be created, read or written by this process."""

@@ -14,7 +14,13 @@ STALE_AFTER_S = 120.0
 def write_status(path: Path, status: dict[str, object]) -> None:
     """Atomically replace the status file with ``status`` plus the current time."""
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({**status, "updated_at": time.time()}), encoding="utf-8")
+    data = json.dumps({**status, "updated_at": time.time()}).encode("utf-8")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
     os.replace(temporary, path)
 
 

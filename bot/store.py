@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,7 +296,7 @@ class Store:
     def open(cls, path: Path) -> Store:
         """Open (creating if needed) the database at ``path`` and bring its schema up to date."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
             connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
@@ -315,7 +316,7 @@ class Store:
                     f"{path} was written by a newer skald-telegram "
                     f"(schema {version['value']}, this one knows {SCHEMA_VERSION})"
                 )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from exc
         return cls(connection, path)
 
@@ -931,6 +932,14 @@ class _StoreReplayGuard:
 
     def seen(self, envelope_id: str) -> bool:
         return self._store.replay_seen(envelope_id)
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 in a 0700 folder before SQLite does, so decrypted
+    items are never readable by others (SQLite gives ``-wal`` and ``-shm`` the same mode)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _card(row: sqlite3.Row) -> CardRow:

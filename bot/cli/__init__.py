@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -18,6 +19,7 @@ from typing import Final
 from bot import __version__
 from bot.errors import SkaldError
 from bot.logsafety import configure_logging
+from bot.statedir import PRIVATE_UMASK
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     configure_logging(verbose=args.verbose)
+    os.umask(PRIVATE_UMASK)
     try:
         return int(args.handler(args))
     except SkaldError as exc:
