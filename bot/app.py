@@ -20,7 +20,7 @@ from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaul
 from bot.bridge import Bridge
 from bot.config import Config
 from bot.errors import TelegramError
-from bot.health import HEARTBEAT_S, write_status
+from bot.health import HEARTBEAT_S, remove_status, write_status
 from bot.keyfile import load_or_create_identity
 from bot.relays import RelayPool
 from bot.render import Renderer
@@ -157,6 +157,7 @@ class Bot:
         pool.ensure_all()
         stack.push_async_callback(pool.stop)
         running = Running(application, bridge, store, pool, worker, timers, handlers)
+        stack.callback(remove_status, config.status_path)
         running.tasks = [
             asyncio.create_task(worker.run(), name="card worker"),
             asyncio.create_task(timers.run(), name="timers"),

@@ -24,13 +24,34 @@ def write_status(path: Path, status: dict[str, object]) -> None:
     os.replace(temporary, path)
 
 
+def remove_status(path: Path) -> None:
+    """The bot stopped cleanly: nobody should take it for running."""
+    path.unlink(missing_ok=True)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (in this pid namespace)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
 def check_status(path: Path, *, now: float | None = None) -> tuple[bool, str]:
     """Whether the bot wrote its status recently, and a one-line explanation."""
     try:
         status = json.loads(path.read_text(encoding="utf-8"))
         age = (time.time() if now is None else now) - float(status["updated_at"])
+        pid = status["pid"]
     except (OSError, ValueError, KeyError, TypeError):
         return False, f"no readable status file at {path}: is the bot running?"
+    if not isinstance(pid, int) or isinstance(pid, bool) or not process_alive(pid):
+        return False, f"the bot (process {pid}) that wrote {path} is not running any more"
     if age > STALE_AFTER_S:
         return False, f"the bot's status is {age:.0f} s old: it seems stuck or stopped"
     relays = status.get("relays", [])
