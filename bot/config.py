@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.errors import ConfigError
 from bot.logsafety import redact_value
@@ -36,6 +37,7 @@ class ChatConfig:
     required_approvals: int = 1
     secrets: SecretsMode | None = None
     topic: int | None = None
+    timezone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class ChatPolicy:
     required_approvals: int
     secrets: SecretsMode
     topic: int | None
+    timezone: str = "UTC"
+    """The IANA zone the chat's times are shown in."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class Config:
     templates_dir: Path | None = None
     device_name: str | None = None
     chat_pace_s: float = 1.0
+    timezone: str = "UTC"
     source: Path | None = None
 
     @property
@@ -94,6 +99,7 @@ class Config:
             required_approvals=chat.required_approvals,
             secrets=chat.secrets or ("spoiler" if private else "masked"),
             topic=chat.topic,
+            timezone=chat.timezone or self.timezone,
         )
 
 
@@ -161,7 +167,8 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
     """Validate a decoded TOML document. Relative paths are taken from ``base``."""
     _only_keys(data, "", {"telegram", "state", "chats", "templates", "device"})
     telegram = _table(data, "telegram")
-    _only_keys(telegram, "telegram.", {"token", "api_url", "admins", "chat_pace_seconds"})
+    _only_keys(telegram, "telegram.",
+               {"token", "api_url", "admins", "chat_pace_seconds", "timezone"})
     state = _table(data, "state")
     _only_keys(state, "state.", {"dir"})
     templates = _table(data, "templates")
@@ -195,6 +202,7 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
         templates_dir=base / _string(templates, "templates.dir", "") if templates_dir else None,
         device_name=_string(device, "device.name", "") or None,
         chat_pace_s=float(pace),
+        timezone=_timezone(telegram, "telegram.timezone") or "UTC",
         source=source,
     )
 
@@ -202,7 +210,8 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
 def _chat(entry: object, where: str) -> ChatConfig:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table")
-    _only_keys(entry, f"{where}.", {"id", "approvers", "required_approvals", "secrets", "topic"})
+    _only_keys(entry, f"{where}.",
+               {"id", "approvers", "required_approvals", "secrets", "topic", "timezone"})
     chat_id = entry.get("id")
     if isinstance(chat_id, bool) or not isinstance(chat_id, int):
         raise ConfigError(f"{where}.id: must be a Telegram chat id (an integer)")
@@ -234,7 +243,23 @@ def _chat(entry: object, where: str) -> ChatConfig:
         required_approvals=required,
         secrets=secrets,
         topic=topic,
+        timezone=_timezone(entry, f"{where}.timezone"),
     )
+
+
+def _timezone(table: Mapping[str, Any], key: str) -> str | None:
+    """An IANA time zone name (``Europe/Berlin``), checked against the zone database."""
+    name = table.get("timezone")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{key}: must be an IANA time zone name such as \"Europe/Berlin\"")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"{key}: unknown time zone {name!r} (use an IANA name such as "
+                          "\"Europe/Berlin\" or \"UTC\")") from exc
+    return name
 
 
 def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:

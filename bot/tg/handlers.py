@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from telegram import CallbackQuery, Chat, Message, Update, User
@@ -33,6 +35,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
+from bot.render.environment import in_zone
 from bot.store import CardRow, ItemRow, Store
 from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
@@ -283,6 +286,7 @@ class Handlers:
         if message is None or chat is None:
             return
         waiting = self._store.open_items_for_chat(chat.id)
+        zone = self._approvers.policy(chat.id).timezone
         entries = []
         for item, card in waiting[:PENDING_MAX]:
             peer = self._store.peer(item.agent_id)
@@ -290,7 +294,7 @@ class Handlers:
                 "summary": self._title(item),
                 "agent": peer.name if peer else item.agent_id[:8],
                 "link": _message_link(chat, card.message_id),
-                "expires_at": maybe_from_ms(item.expires_at),
+                "expires_at": _local(maybe_from_ms(item.expires_at), zone),
             })
         await self._reply(message, "pending", items=entries, total=len(waiting))
 
@@ -353,19 +357,25 @@ class Handlers:
         bound = {b.agent_id for b in self._store.bindings_for_chat(chat.id)}
         peers = [p for p in self._store.peers() if everything or p.agent_id in bound]
         urls = {peer.relay_url for peer in peers}
-        agents = [
-            {
+        zone = self._approvers.policy(chat.id).timezone
+        today = _local(from_ms(self._bridge.now_ms()), zone)
+        agents = []
+        for peer in peers:
+            updated = _local(maybe_from_ms(self._store.last_update_at(peer.agent_id)), zone)
+            agents.append({
                 "name": peer.name,
                 "relay": peer.relay_url,
-                "rev": self._store.last_rev(peer.agent_id),
-                "updated_at": maybe_from_ms(self._store.last_update_at(peer.agent_id)),
-            }
-            for peer in peers
-        ]
+                "updated_at": updated,
+                "other_day": updated is not None and today is not None
+                and updated.date() != today.date(),
+            })
+        relays = [replace(r, since=_local(r.since, zone)) for r in self._relay_views()
+                  if everything or r.url in urls]
         await self._reply(
             message, "status",
-            relays=[r for r in self._relay_views() if everything or r.url in urls],
+            relays=relays,
             agents=agents,
+            timezone=zone,
             everything=everything,
             outbox=self._store.outbox_depth(),
             open_items=self._store.open_item_count(),
@@ -384,9 +394,10 @@ class Handlers:
             chat_id=chat.id, events=("decision_sent", "answer_sent"), limit=count,
             newest_first=True,
         )
+        zone = self._approvers.policy(chat.id).timezone
         entries = [
             {
-                "at": from_ms(row.at),
+                "at": in_zone(from_ms(row.at), zone),
                 "event": row.event,
                 "by": row.user_name,
                 "decision": row.detail.get("decision", "answer"),
@@ -461,3 +472,8 @@ def _result_name(outcome: TapOutcome) -> str:
     if isinstance(result, Refused):
         return "refused (" + result.reason.value + ")"
     return type(result).__name__.lower()
+
+
+def _local(moment: datetime | None, zone: str) -> datetime | None:
+    """``moment`` in the chat's time zone, for display."""
+    return in_zone(moment, zone) if moment is not None else None

@@ -13,6 +13,7 @@ from bot.config import Config
 from bot.errors import SkaldError, TelegramError
 from bot.protocol.replay import RETENTION_MS
 from bot.render import Renderer
+from bot.render.environment import in_zone
 from bot.store import CardRow, Store
 from bot.tg.gateway import Gateway
 
@@ -90,8 +91,11 @@ class Timers:
         item = self._store.item(card.agent_id, card.item_id)
         if item is None or not waiting:
             return
+        expires_at = maybe_from_ms(item.expires_at)
+        zone = self._bridge.policy(card.chat_id).timezone
         html = self._renderer.message(
-            "reminder", approvers=waiting, expires_at=maybe_from_ms(item.expires_at)
+            "reminder", approvers=waiting,
+            expires_at=in_zone(expires_at, zone) if expires_at is not None else None,
         )
         await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
                                  reply_to=card.message_id)
