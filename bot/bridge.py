@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from bot.protocol.payloads import (
     encode_payload,
     item_to_wire,
 )
-from bot.store import CardRow, DecisionRow, ItemRow, Pairing, Peer, Store
+from bot.store import CardRow, DecisionRow, ItemRow, Pairing, Peer, Store, is_store_failure
 
 log = logging.getLogger(__name__)
 
@@ -159,11 +160,29 @@ class Bridge:
                     _short(raw.get("from")), refusal)
             return
         envelope = opened.envelope
-        with self.store.transaction():
-            self.store.replay_remember(envelope.id, envelope.ts, now)
-            self._apply(opened.sender, opened.payload, now)
+        try:
+            with self.store.transaction():
+                self.store.replay_remember(envelope.id, envelope.ts, now)
+                self._apply(opened.sender, opened.payload, now)
+        except Exception as exc:
+            if is_store_failure(exc):
+                raise  # the disk, not the sender: fail the session and retry later
+            # One sender's payload must not stall everyone else's behind it on the shared
+            # relay session: it is refused (acknowledged, nothing applied) like any other.
+            # The error's text may quote decrypted content: log its type and place only.
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            log.error("refused envelope %s from %s: applying its %s failed with %s at %s:%s",
+                      _short(envelope.id), envelope.sender[:8], type(opened.payload).__name__,
+                      type(exc).__name__, where.filename, where.lineno)
+            self._remember_refused(envelope.id, envelope.ts, now)
+            return
         log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
         self._on_change()
+
+    def _remember_refused(self, envelope_id: str, ts_ms: int, now: int) -> None:
+        """Keep a refused envelope's id, so that a copy delivered again is a replay."""
+        with self.store.transaction():
+            self.store.replay_remember(envelope_id, ts_ms, now)
 
     def _known_cards(self) -> dict[str, PublicCard]:
         cards = {peer.agent_id: PublicCard.from_json(json.loads(peer.card_json))

@@ -934,6 +934,16 @@ class _StoreReplayGuard:
         return self._store.replay_seen(envelope_id)
 
 
+def is_store_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the database failing (locked, full, I/O), as opposed to data it
+    refused (a constraint, a value out of range): only the first is worth retrying."""
+    if not isinstance(error, StoreError):
+        return False
+    cause = error.__cause__
+    return not isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError
+                          | sqlite3.InterfaceError | sqlite3.ProgrammingError)
+
+
 def _create_private(path: Path) -> None:
     """Create the database file 0600 in a 0700 folder before SQLite does, so decrypted
     items are never readable by others (SQLite gives ``-wal`` and ``-shm`` the same mode)."""
