@@ -899,9 +899,16 @@ class Store:
         where: list[str] = ["1 = 1"]
         params: list[object] = []
         if chat_id is not None:
+            # A record about an item without a chat of its own (it expired, or was
+            # resolved elsewhere) belongs to every chat the item was shown in.
             chat_ids = [chat_id, *self.former_chat_ids(chat_id)]
-            where.append(f"chat_id IN ({', '.join('?' for _ in chat_ids)})")
-            params.extend(chat_ids)
+            marks = ", ".join("?" for _ in chat_ids)
+            where.append(
+                f"(chat_id IN ({marks}) OR (chat_id IS NULL AND item_id IS NOT NULL AND EXISTS"
+                " (SELECT 1 FROM cards c WHERE c.agent_id = audit.agent_id"
+                f" AND c.item_id = audit.item_id AND c.chat_id IN ({marks}))))"
+            )
+            params.extend(chat_ids * 2)
         if since_ms is not None:
             where.append("at >= ?")
             params.append(since_ms)
