@@ -19,13 +19,14 @@ from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaul
 
 from bot.bridge import Bridge
 from bot.config import Config
-from bot.errors import TelegramError
+from bot.errors import BotFailed, TelegramError
 from bot.health import HEARTBEAT_S, remove_status, write_status
 from bot.keyfile import load_or_create_identity
 from bot.relays import RelayPool
 from bot.render import Renderer
 from bot.statedir import ensure_state_dir
 from bot.store import Store
+from bot.supervisor import Supervisor
 from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
@@ -67,7 +68,7 @@ class Running:
     worker: CardWorker
     timers: Timers
     handlers: Handlers
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
 
 class Bot:
@@ -80,11 +81,13 @@ class Bot:
         clock: Callable[[], float] = time.time,
         on_start: OnStart | None = None,
         relay_options: dict[str, float] | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
         self._on_start = on_start
         self._relay_options = relay_options or {}
+        self._supervisor = supervisor
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def __aenter__(self) -> Running:
@@ -156,16 +159,14 @@ class Bot:
         # the handlers in flight finish), then the worker and timers, then the relays.
         pool.ensure_all()
         stack.push_async_callback(pool.stop)
-        running = Running(application, bridge, store, pool, worker, timers, handlers)
+        stack.push_async_callback(approvers.stop)
+        running = Running(application, bridge, store, pool, worker, timers, handlers,
+                          self._supervisor or Supervisor())
         stack.callback(remove_status, config.status_path)
-        running.tasks = [
-            asyncio.create_task(worker.run(), name="card worker"),
-            asyncio.create_task(timers.run(), name="timers"),
-            asyncio.create_task(_heartbeat(config, running), name="heartbeat"),
-        ]
-        for task in running.tasks:
-            task.add_done_callback(_report_crash)
-        stack.push_async_callback(_cancel, running.tasks)
+        running.supervisor.start("card worker", worker.run)
+        running.supervisor.start("timers", timers.run)
+        running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
+        stack.push_async_callback(running.supervisor.stop)
         stack.push_async_callback(worker.stop)
         await application.start()
         stack.push_async_callback(application.stop)
@@ -177,52 +178,57 @@ class Bot:
         return running
 
 
-def _report_crash(task: asyncio.Task[None]) -> None:
-    """A long-lived task must not die quietly."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("%s stopped: %r", task.get_name(), task.exception(),
-                  exc_info=task.exception())
-
-
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
 async def _heartbeat(config: Config, running: Running) -> None:
+    """Rewrite the status file every :data:`HEARTBEAT_S` seconds, and at once when a
+    task fails: the process, its tasks' liveness and each relay session's state."""
     while True:
         try:
             write_status(config.status_path, {
                 "pid": os.getpid(),
-                "relays": [{"url": s.url, "connected": s.connected}
-                           for s in running.relays.statuses()],
+                "tasks": running.supervisor.liveness(),
+                "relays": [
+                    {"url": s.url, "connected": s.connected, "alive": running.relays.alive(s.url),
+                     "since": s.since.timestamp() if s.since else None}
+                    for s in running.relays.statuses()
+                ],
                 "open_items": running.store.open_item_count(),
                 "outbox": running.store.outbox_depth(),
             })
         except OSError as exc:
             log.warning("could not write the status file %s: %s", config.status_path, exc)
-        await asyncio.sleep(HEARTBEAT_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(running.supervisor.changed.wait(), HEARTBEAT_S)
+        running.supervisor.changed.clear()
 
 
 async def _log_error(update: object, context: object) -> None:
     error = getattr(context, "error", None)
-    log.error("error while handling an update: %r", error)
+    log.error("error while handling an update: %s", type(error).__name__,
+              exc_info=error if isinstance(error, BaseException) else None)
 
 
-async def run_until_signalled(config: Config, *, on_start: OnStart | None = None) -> None:
-    """Run the bot until SIGTERM or SIGINT."""
+async def run_until_signalled(
+    config: Config, *, on_start: OnStart | None = None, supervisor: Supervisor | None = None
+) -> None:
+    """Run the bot until SIGTERM or SIGINT; :class:`BotFailed` when a task is given up on."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
-    async with Bot(config, on_start=on_start):
-        await stop.wait()
+    async with Bot(config, on_start=on_start, supervisor=supervisor) as running:
+        failed = asyncio.ensure_future(running.supervisor.failed.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        failed.cancel()
+        stopped.cancel()
+        if running.supervisor.reason is not None:
+            raise BotFailed(f"stopping: {running.supervisor.reason}")
         log.info("stopping")
 
 
 def run_command(config: Config) -> int:
+    """Run until a signal (exit 0), or until a task is given up on (``BotFailed``, exit 1)."""
     asyncio.run(run_until_signalled(config))
     return 0
 

@@ -106,3 +106,7 @@ class MessageGone(TelegramError):
 
 class StateDirError(SkaldError):
     """The state folder cannot be created, read or written by this process."""
+
+
+class BotFailed(SkaldError):
+    """A part of the running bot kept failing and was given up on: the process exits 1."""

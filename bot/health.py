@@ -9,6 +9,8 @@ from pathlib import Path
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 120.0
+RELAY_GRACE_S = 300.0
+"""How long the bot may be without any relay session before it counts as unhealthy."""
 
 
 def write_status(path: Path, status: dict[str, object]) -> None:
@@ -54,8 +56,28 @@ def check_status(path: Path, *, now: float | None = None) -> tuple[bool, str]:
         return False, f"the bot (process {pid}) that wrote {path} is not running any more"
     if age > STALE_AFTER_S:
         return False, f"the bot's status is {age:.0f} s old: it seems stuck or stopped"
+    tasks = status.get("tasks", {})
+    dead = sorted(name for name, task in tasks.items() if not task.get("alive", False))
+    if dead:
+        return False, f"the bot's {', '.join(dead)} stopped working: it must be restarted"
     relays = status.get("relays", [])
+    dead = [r["url"] for r in relays if r.get("alive") is False]
+    if dead:
+        return False, f"the session task for relay(s) {', '.join(dead)} ended"
     down = [r["url"] for r in relays if not r.get("connected")]
+    if relays and len(down) == len(relays):
+        shortest = min(_down_for(r, now) for r in relays)
+        if shortest > RELAY_GRACE_S:
+            return False, (f"no relay connected for {shortest:.0f} s: {', '.join(down)} "
+                           "(is the relay running and reachable?)")
     if down:
         return True, f"running; relay(s) not connected: {', '.join(down)}"
     return True, f"running; {len(relays)} relay session(s) up"
+
+
+def _down_for(relay: dict[str, object], now: float | None) -> float:
+    """How long a relay session has been down, from its ``since`` (0 when unknown)."""
+    since = relay.get("since")
+    if relay.get("connected") or not isinstance(since, int | float):
+        return 0.0
+    return (time.time() if now is None else now) - since

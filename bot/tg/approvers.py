@@ -27,7 +27,7 @@ class Approvers:
         self._store = store
         self.policy = policy
         self._now_ms = now_ms
-        self._refreshing: set[int] = set()
+        self._refreshing: dict[int, asyncio.Task[frozenset[int]]] = {}
 
     async def of(self, chat_id: int, *, wait: bool = True) -> frozenset[int]:
         """The chat's approvers. With ``wait=False`` (a button tap, which Telegram wants
@@ -41,11 +41,19 @@ class Approvers:
             return frozenset(admins)
         if fetched is not None and not wait:
             if chat_id not in self._refreshing:
-                self._refreshing.add(chat_id)
-                task = asyncio.create_task(self._fetch(chat_id, admins))
-                task.add_done_callback(lambda _t: self._refreshing.discard(chat_id))
+                task = asyncio.create_task(self._fetch(chat_id, admins),
+                                           name=f"admins of {chat_id}")
+                self._refreshing[chat_id] = task
+                task.add_done_callback(lambda _t: self._refreshing.pop(chat_id, None))
             return frozenset(admins)
         return await self._fetch(chat_id, admins)
+
+    async def stop(self) -> None:
+        """Cancel the refreshes still running."""
+        tasks = list(self._refreshing.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def cached_names(self, chat_id: int) -> list[str]:
         """The approvers' names as known now, without asking Telegram."""
