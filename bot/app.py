@@ -31,6 +31,7 @@ from bot.tg.approvers import Approvers
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
 from bot.tg.timers import Timers
+from bot.tg.update_inbox import UpdateInbox
 from bot.tg.worker import CardWorker
 
 log = logging.getLogger(__name__)
@@ -170,9 +171,13 @@ class Bot:
         stack.push_async_callback(worker.stop)
         await application.start()
         stack.push_async_callback(application.stop)
-        assert application.updater is not None
-        await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
-        stack.push_async_callback(application.updater.stop)
+        # Instead of python-telegram-bot's polling, which confirms updates before they are
+        # handled: each update is stored before it is confirmed (see bot.tg.update_inbox).
+        inbox = UpdateInbox(application, store, allowed_updates=ALLOWED_UPDATES)
+        running.supervisor.start("update handler", inbox.handle)
+        running.supervisor.start("update fetcher", inbox.fetch)
+        # Stopped first: no update is taken on while the rest shuts down.
+        stack.push_async_callback(running.supervisor.stop, "update fetcher", "update handler")
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
         return running

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +155,12 @@ CREATE TABLE IF NOT EXISTS users (
     name TEXT NOT NULL,
     username TEXT
 );
+CREATE TABLE IF NOT EXISTS updates (
+    update_id INTEGER PRIMARY KEY,
+    body TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS updates_pending ON updates (done, update_id);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     at INTEGER NOT NULL,
@@ -291,6 +297,8 @@ class Store:
         self._db = connection
         self.path = path
         self._depth = 0
+        self.before_commit: Callable[[], None] = lambda: None
+        """Runs inside every outermost transaction just before it commits."""
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -346,6 +354,12 @@ class Store:
         self._depth = 1
         try:
             yield
+        except BaseException:
+            self._depth = 0
+            self._db.execute("ROLLBACK")
+            raise
+        try:
+            self.before_commit()
         except BaseException:
             self._depth = 0
             self._db.execute("ROLLBACK")
@@ -865,6 +879,32 @@ class Store:
     def user_name(self, user_id: int) -> str | None:
         row = self._one("SELECT name FROM users WHERE user_id = ?", (user_id,))
         return str(row["name"]) if row else None
+
+    # -- the durable inbox of Telegram updates (bot.tg.update_inbox) -----------------------
+
+    def updates_add(self, update_id: int, body: str) -> None:
+        """Hold an update fetched from Telegram (a copy delivered again is ignored)."""
+        self._run("INSERT OR IGNORE INTO updates (update_id, body) VALUES (?, ?)",
+                  (update_id, body))
+
+    def updates_pending(self, limit: int = 100) -> list[tuple[int, str]]:
+        """Updates held and not handled yet, oldest first."""
+        rows = self._all("SELECT update_id, body FROM updates WHERE done = 0"
+                         " ORDER BY update_id LIMIT ?", (limit,))
+        return [(int(r["update_id"]), str(r["body"])) for r in rows]
+
+    def update_done(self, update_id: int) -> None:
+        self._run("UPDATE updates SET done = 1, body = '' WHERE update_id = ?", (update_id,))
+
+    def updates_next_offset(self) -> int | None:
+        """The ``getUpdates`` offset that confirms every update held (None: none held)."""
+        row = self._one("SELECT max(update_id) AS m FROM updates")
+        return int(row["m"]) + 1 if row and row["m"] is not None else None
+
+    def updates_prune(self) -> None:
+        """Forget handled updates but the newest (it keeps the offset)."""
+        self._run("DELETE FROM updates WHERE done = 1 AND update_id <"
+                  " (SELECT max(update_id) FROM updates)")
 
     # -- audit (append-only) ----------------------------------------------------------------
 

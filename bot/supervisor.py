@@ -22,6 +22,8 @@ MAX_FAILURES: Final = 5
 """Failures within :data:`FAILURE_WINDOW_S` after which a task is given up on."""
 FAILURE_WINDOW_S: Final = 600.0
 
+CANCEL_AGAIN_S: Final = 0.1
+
 TaskFactory = Callable[[], Coroutine[Any, Any, None]]
 
 
@@ -69,10 +71,16 @@ class Supervisor:
     def liveness(self) -> dict[str, dict[str, object]]:
         return {name: state.to_json() for name, state in self.states.items()}
 
-    async def stop(self) -> None:
-        for task in self._tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+    async def stop(self, *names: str) -> None:
+        """Cancel the tasks ``names`` (all when none is named) and wait for them."""
+        tasks = [task for name, task in self._tasks.items() if not names or name in names]
+        # Cancel again until each task has ended: on Python 3.11, asyncio.wait_for can
+        # swallow a cancellation that arrives just as what it waits for completes.
+        while pending := [task for task in tasks if not task.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _keep(self, name: str, factory: TaskFactory) -> None:
         state = self.states[name]

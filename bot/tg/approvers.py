@@ -11,6 +11,7 @@ from telegram import error as tg_error
 
 from bot.config import ChatPolicy
 from bot.store import Store
+from bot.tg.update_inbox import outside_update
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ class Approvers:
             log.warning("could not read the administrators of chat %s: %s", chat_id, exc)
             return frozenset(cached)
         fresh = {m.user.id: m.user.full_name for m in members if not m.user.is_bot}
-        self._store.set_chat_admins(chat_id, fresh, now)
+        with outside_update():  # a refresh is not what the update being handled changes
+            self._store.set_chat_admins(chat_id, fresh, now)
         for user_id, name in fresh.items():
             self._store.note_user(user_id, name, None)
         return frozenset(fresh)
