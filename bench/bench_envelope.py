@@ -18,7 +18,7 @@ from bot.protocol.encoding import b64u_decode
 from bot.protocol.envelope import build_info, open_envelope, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import Approval, Block, InboxUpdate, encode_payload
-from bot.protocol.replay import MemoryReplayGuard
+from bot.testing.replay import MemoryReplayGuard
 
 AGENT = Identity.from_seeds(b"\x01" * 32, b"\x02" * 32, "build-bot")
 DEVICE = Identity.from_seeds(b"\x03" * 32, b"\x04" * 32, "Telegram @bench_bot")

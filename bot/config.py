@@ -14,17 +14,20 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.errors import ConfigError
-from bot.logsafety import redact_value
-from bot.policy import SERVICE_IDS
+
+if TYPE_CHECKING:
+    from bot.render.values import SecretsMode
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
+SERVICE_IDS = frozenset({1087968824, 777000, 136817688})
+"""Telegram's stand-ins (anonymous group admin, Telegram itself, channel posts), never a
+person: refused as admins or approvers (taps from them are refused by bot.core.policy)."""
 
-SecretsMode = Literal["spoiler", "masked"]
 Approvers = frozenset[int] | Literal["admins"]
 
 
@@ -143,7 +146,6 @@ def load_config(
         )
     if token and ":" not in token:
         raise ConfigError("telegram.token: does not look like a bot token (ID:SECRET)")
-    redact_value(token)
     return _replace_token(config, token)
 
 

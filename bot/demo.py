@@ -30,7 +30,6 @@ from typing import Any, Final, TextIO
 import segno
 from telegram import Chat, User
 
-from bot.agent import Agent
 from bot.app import Bot, Running
 from bot.config import DEFAULT_API_URL, load_config, parse_config
 from bot.errors import ConfigError, SkaldError
@@ -41,6 +40,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import ApprovalDecision, ClarificationAnswer, Person
 from bot.relay.server import RelayServer
 from bot.render import Renderer
+from bot.testing.agent import Agent
 from bot.tg.gateway import Gateway
 
 log = logging.getLogger(__name__)

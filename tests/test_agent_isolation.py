@@ -8,9 +8,9 @@ from pathlib import Path
 
 from world import ADA, FAST_RELAY, approval, make_world
 
-from bot.agent import Agent
 from bot.app import Bot
 from bot.protocol.identity import Identity
+from bot.testing.agent import Agent
 
 POISONS = 3
 

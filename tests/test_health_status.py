@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from world import ADA, TOKEN, eventually, make_world
+from conftest import eventually
+from world import ADA, TOKEN, make_world
 
 ROOT = Path(__file__).resolve().parent.parent
 

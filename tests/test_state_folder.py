@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from world import ADA, TOKEN, approval, eventually, make_world
+from conftest import eventually
+from world import ADA, TOKEN, approval, make_world
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_UID = 65534

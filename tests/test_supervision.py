@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from world import ADA, approval, eventually, make_world, running_bot
+from conftest import eventually
+from world import ADA, approval, make_world, running_bot
 
 from bot.app import Bot, run_until_signalled
 from bot.errors import BotFailed, StoreError
@@ -48,14 +49,16 @@ async def test_a_failing_task_is_restarted_and_one_that_keeps_failing_is_given_u
     await supervisor.stop()
 
 
-def hide_chats_table(database: Path) -> None:
+def break_the_workers_query(database: Path) -> None:
+    """Rename a column only the card worker's loop reads: its query fails (a StoreError)
+    while agents' items are still stored."""
     with sqlite3.connect(database) as db:
-        db.execute("ALTER TABLE chats RENAME TO chats_away")
+        db.execute("ALTER TABLE chats RENAME COLUMN forbidden TO forbidden_away")
 
 
-def restore_chats_table(database: Path) -> None:
+def mend_the_workers_query(database: Path) -> None:
     with sqlite3.connect(database) as db:
-        db.execute("ALTER TABLE chats_away RENAME TO chats")
+        db.execute("ALTER TABLE chats RENAME COLUMN forbidden_away TO forbidden")
 
 
 async def test_the_card_worker_survives_a_store_error(tmp_path: Path) -> None:
@@ -64,10 +67,10 @@ async def test_the_card_worker_survives_a_store_error(tmp_path: Path) -> None:
         async with Bot(world.config, supervisor=fast_supervisor(max_failures=1000)) as running:
             world.bot = running
             await world.pair(ADA)
-            hide_chats_table(database)  # the worker's query now fails: a StoreError
+            break_the_workers_query(database)
             world.agent.submit_approval(approval("apr_survive"))
             await eventually(lambda: running.supervisor.states["card worker"].restarts >= 2)
-            restore_chats_table(database)
+            mend_the_workers_query(database)
             await world.wait_card(ADA, "apr_survive", timeout=10)
             assert running.supervisor.states["card worker"].alive
             await eventually(lambda: json.loads((tmp_path / "state" / "status.json")
@@ -85,7 +88,7 @@ async def test_a_worker_that_keeps_failing_stops_the_bot_with_an_error(tmp_path:
         bot = asyncio.create_task(
             run_until_signalled(world.config, supervisor=fast_supervisor(max_failures=3)))
         await eventually(status.exists)
-        hide_chats_table(database)
+        break_the_workers_query(database)
         world.agent.submit_approval(approval("apr_never"))
         with pytest.raises(BotFailed, match="card worker failed 3 times"):
             await asyncio.wait_for(bot, 20)

@@ -66,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(verbose=args.verbose)
     os.umask(PRIVATE_UMASK)
+    # Opt in to PTB's future behaviour (RetryAfter.retry_after as a timedelta) so that
+    # reading it warns neither in the gateway nor in PTB's rate limiter.
+    os.environ.setdefault("PTB_TIMEDELTA", "1")
     try:
         return int(args.handler(args))
     except SkaldError as exc:

@@ -16,6 +16,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bot.render.command import render_command
+    from bot.preview import render_command
 
     return render_command(args)

@@ -26,8 +26,8 @@ from telegram import Update
 from telegram import error as tg_error
 from telegram.ext import Application
 
-from bot.errors import TelegramError
-from bot.store import Store
+from bot.bridge import Bridge
+from bot.errors import BotApiError
 
 log = logging.getLogger(__name__)
 
@@ -58,32 +58,32 @@ class UpdateInbox:
     def __init__(
         self,
         application: Application,  # type: ignore[type-arg]
-        store: Store,
+        bridge: Bridge,
         *,
         allowed_updates: Sequence[str],
         long_poll_s: float = LONG_POLL_S,
     ) -> None:
         self._application = application
-        self._store = store
+        self._bridge = bridge
         self._allowed = list(allowed_updates)
         self._long_poll_s = long_poll_s
         self._arrived = asyncio.Event()
         self._handler_task: asyncio.Task[Any] | None = None
         self._handled = 0
-        store.before_commit = self._mark_in_transaction
+        bridge.before_each_commit(self._mark_in_transaction)
 
     async def fetch(self) -> None:
         """Long-poll ``getUpdates`` forever, storing each batch before confirming it."""
         bot = self._application.bot
         await _call(bot.delete_webhook())
-        offset = self._store.updates_next_offset()
+        offset = self._bridge.next_update_offset()
         delay = RETRY_INITIAL_S
         while True:
             try:
                 updates = await bot.get_updates(
                     offset=offset, timeout=int(self._long_poll_s), allowed_updates=self._allowed)
             except tg_error.InvalidToken as exc:
-                raise TelegramError("Telegram refused the bot token") from exc
+                raise BotApiError("Telegram refused the bot token") from exc
             except tg_error.Conflict:
                 log.error("409 Conflict: another process polls with this bot token; "
                           "retrying in %.0f s", delay)
@@ -100,9 +100,8 @@ class UpdateInbox:
             delay = min(delay * 2, RETRY_MAX_S)
 
     def _hold(self, updates: Sequence[Update]) -> None:
-        with self._store.transaction():
-            for update in updates:
-                self._store.updates_add(update.update_id, json.dumps(update.to_dict()))
+        self._bridge.hold_updates(
+            [(update.update_id, json.dumps(update.to_dict())) for update in updates])
         self._arrived.set()
 
     async def handle(self) -> None:
@@ -110,7 +109,7 @@ class UpdateInbox:
         self._handler_task = asyncio.current_task()
         while True:
             self._arrived.clear()
-            for update_id, body in self._store.updates_pending():
+            for update_id, body in self._bridge.held_updates():
                 await self._handle_one(update_id, body)
             await self._arrived.wait()
 
@@ -126,17 +125,17 @@ class UpdateInbox:
                 await self._application.process_update(update)
             finally:
                 _handling.reset(token)
-        self._store.update_done(update_id)
+        self._bridge.update_handled(update_id)
         self._handled += 1
         if self._handled % PRUNE_EVERY == 0:
-            self._store.updates_prune()
+            self._bridge.prune_updates()
 
     def _mark_in_transaction(self) -> None:
         """The store's commit hook: the update being handled is done in the same
         transaction as its first change."""
         update_id = _handling.get()
         if update_id is not None and asyncio.current_task() is self._handler_task:
-            self._store.update_done(update_id)
+            self._bridge.update_handled(update_id)
             _handling.set(None)
 
 
@@ -144,6 +143,6 @@ async def _call(request: Any) -> None:
     try:
         await request
     except tg_error.InvalidToken as exc:
-        raise TelegramError("Telegram refused the bot token") from exc
+        raise BotApiError("Telegram refused the bot token") from exc
     except tg_error.TelegramError as exc:
         log.warning("Telegram call failed at start: %s", type(exc).__name__)
