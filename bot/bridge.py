@@ -36,7 +36,7 @@ from bot.core.policy import (
     Voter,
     evaluate_tap,
 )
-from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
+from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
@@ -50,6 +50,7 @@ from bot.protocol.payloads import (
     InboxUpdate,
     Notification,
     PairAccept,
+    PairReject,
     Payload,
     Person,
     encode_payload,
@@ -213,6 +214,8 @@ class Bridge:
     def _apply(self, sender: PublicCard, payload: Payload, now: int) -> Changes:
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
+        elif isinstance(payload, PairReject):
+            self._apply_pair_reject(sender, payload, now)
         elif self._store.agents.peer(sender.id) is None:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
@@ -248,6 +251,18 @@ class Bridge:
         self._store.audit.append("paired", at=now, chat_id=pairing.chat_id, agent_id=sender.id,
                          user_id=pairing.requested_by, agent_name=name)
         log.info("paired with agent %s (%s)", sender.id[:8], name)
+
+    def _apply_pair_reject(self, sender: PublicCard, reject: PairReject, now: int) -> None:
+        pairing = self._store.agents.pairing(sender.id)
+        if pairing is None or pairing.accepted_at is not None:
+            log.warning("ignored a pair_reject from %s that answers no pairing in progress",
+                        sender.id[:8])
+            return
+        self._store.agents.pairing_rejected(sender.id, reject.reason, now)
+        self._store.audit.append("pairing_refused", at=now, chat_id=pairing.chat_id,
+                                 agent_id=sender.id, user_id=pairing.requested_by,
+                                 reason=reject.reason)
+        log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
     def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
         plan = plan_update(
@@ -325,6 +340,15 @@ class Bridge:
     def pairing_done(self, agent_id: str) -> bool:
         pairing = self._store.agents.pairing(agent_id)
         return pairing is not None and pairing.accepted_at is not None
+
+    def pairing_refused(self, agent_id: str) -> str | None:
+        """Why the agent refused the pairing (``used``, ``expired``, …), or None."""
+        return self._store.agents.pairing_rejection(agent_id)
+
+    def cancel_pairing(self, agent_id: str) -> None:
+        """Give up a pairing the agent has not accepted, so that no relay session is kept
+        open for it."""
+        self._store.agents.cancel_pairing(agent_id)
 
     def unbind(self, agent_id: str, chat_id: int, user_id: int | None) -> Changes:
         now = self.now_ms()
@@ -605,8 +629,21 @@ async def wait_until_paired(
     change. Raises :class:`TimeoutError` after ``timeout`` seconds."""
     async with asyncio.timeout(timeout):
         while not bridge.pairing_done(agent_id):
+            reason = bridge.pairing_refused(agent_id)
+            if reason is not None:
+                raise PairingError(
+                    f"the agent refused the pairing: {REFUSALS.get(reason, reason)}")
             changed.clear()
             await changed.wait()
+
+
+REFUSALS = {
+    "used": "this link was used already: ask the agent for a new one",
+    "expired": "this link has expired: ask the agent for a new one",
+    "unknown": "the agent does not know this link",
+    "bad_proof": "the link's secret does not match",
+}
+"""What each ``pair_reject`` reason means, for people."""
 
 
 def new_token() -> str:

@@ -185,6 +185,17 @@ class PairAccept:
     device_id: str
 
 
+PAIR_REJECT_REASONS = ("used", "expired", "unknown", "bad_proof")
+"""Why an agent refuses a pairing (§5)."""
+
+
+@dataclass(frozen=True)
+class PairReject:
+    """The agent refused a pairing (§5): ``reason`` is one of :data:`PAIR_REJECT_REASONS`."""
+
+    reason: str
+
+
 @dataclass(frozen=True)
 class UnknownPayload:
     """A payload of a kind this client does not know: opened, then ignored (§2 rule 5)."""
@@ -200,6 +211,7 @@ Payload: TypeAlias = (
     | InboxRequest
     | PairRequest
     | PairAccept
+    | PairReject
     | UnknownPayload
 )
 
@@ -468,6 +480,13 @@ def _parse_pair_accept(body: object) -> PairAccept:
     )
 
 
+def _parse_pair_reject(body: object) -> PairReject:
+    reason = _str(_object(body, "pair_reject"), "reason", "pair_reject")
+    if reason not in PAIR_REJECT_REASONS:
+        raise PayloadError(f"pair_reject: reason must be one of {', '.join(PAIR_REJECT_REASONS)}")
+    return PairReject(reason=reason)
+
+
 _PARSERS: dict[str, Callable[[object], Payload]] = {
     "inbox_update": parse_inbox_update,
     "notification": _parse_notification,
@@ -476,6 +495,7 @@ _PARSERS: dict[str, Callable[[object], Payload]] = {
     "inbox_request": _parse_inbox_request,
     "pair_request": _parse_pair_request,
     "pair_accept": _parse_pair_accept,
+    "pair_reject": _parse_pair_reject,
 }
 
 
@@ -591,6 +611,8 @@ def _encode_body(payload: Payload) -> tuple[str, JSON]:
                 "agent": {"id": payload.agent_id, "name": payload.agent_name},
                 "device_id": payload.device_id,
             }
+        case PairReject():
+            return "pair_reject", {"reason": payload.reason}
         case UnknownPayload():
             return payload.kind, {}
     raise TypeError(f"not a payload: {type(payload).__name__}")

@@ -140,6 +140,11 @@ CREATE TABLE IF NOT EXISTS pairings (
     created_at INTEGER NOT NULL,
     accepted_at INTEGER
 );
+CREATE TABLE IF NOT EXISTS pairing_rejections (
+    agent_id TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS users (
     user_id INTEGER PRIMARY KEY,
     name TEXT NOT NULL,

@@ -324,7 +324,11 @@ class Handlers:
         await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
         try:
             await wait_until_paired(self._bridge, uri.agent.id, self._changed)
+        except PairingError as exc:  # the agent refused: say why at once
+            await self._reply(message, "pair_failed", error=str(exc))
+            return
         except TimeoutError:
+            self._bridge.cancel_pairing(uri.agent.id)
             await self._reply(message, "pair_failed", error="the agent did not answer within "
                                                             f"{PAIRING_TIMEOUT_S:g} seconds")
             return
