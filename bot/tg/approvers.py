@@ -15,6 +15,10 @@ from bot.tg.update_inbox import outside_update
 log = logging.getLogger(__name__)
 
 ADMIN_CACHE_MS = 10 * 60 * 1000
+ADMIN_GRACE_MS = 60 * 1000
+"""How old a cached administrator list may be for a decision without asking Telegram
+about the people who decide (a demoted admin must not keep deciding)."""
+DECIDING_STATUSES = frozenset({"administrator", "creator"})
 
 
 class ApproverLookup:
@@ -48,6 +52,35 @@ class ApproverLookup:
                 task.add_done_callback(lambda _t: self._refreshing.pop(chat_id, None))
             return frozenset(admins)
         return await self._fetch(chat_id, admins)
+
+    async def for_decision(self, chat_id: int, deciders: set[int]) -> frozenset[int]:
+        """The approvers for a tap that may decide: the cached list (refreshed in the
+        background when stale) while it is younger than :data:`ADMIN_GRACE_MS`; past
+        that, each of ``deciders`` (the tapper and those whose votes count towards the
+        quorum) is checked with ``getChatMember``. When Telegram cannot tell, they are
+        not approvers: a decision is never made on a stale list."""
+        approvers = await self.of(chat_id, wait=False)
+        if self.policy(chat_id).approvers != "admins":
+            return approvers
+        fetched = self._chats.admins(chat_id)[1]
+        if fetched is not None and self._bridge.now_ms() - fetched <= ADMIN_GRACE_MS:
+            return approvers
+        checked = set(approvers)
+        for user_id in deciders:
+            if await self._is_admin_now(chat_id, user_id):
+                checked.add(user_id)
+            else:
+                checked.discard(user_id)
+        return frozenset(checked)
+
+    async def _is_admin_now(self, chat_id: int, user_id: int) -> bool:
+        try:
+            member = await self._bot.get_chat_member(chat_id, user_id)
+        except tg_error.TelegramError as exc:
+            log.warning("could not check user %s in chat %s (%s): not counted as an approver",
+                        user_id, chat_id, exc)
+            return False
+        return member.status in DECIDING_STATUSES and not member.user.is_bot
 
     async def stop(self) -> None:
         """Cancel the refreshes still running."""

@@ -166,14 +166,17 @@ class Handlers:
             await self._answer_query(query, self._renderer.text("alert_outdated"), alert=True)
             return
         chat = message.chat
-        # Cached approvers only: the query must be answered within seconds.
+        # Cached approvers (the query must be answered within seconds), but a list past its
+        # grace period is checked for the tapper and for whoever already voted on the card.
         policy = self._approvers.policy(chat.id)
+        card = self._view.cards.by_token(parsed.token)
+        voters = {v.user_id for v in self._view.cards.votes(card.card_id)} if card else set()
         report = self._bridge.tap(
             parsed.token,
             parsed.action,
             chat_id=chat.id,
             tapper=tapper,
-            approvers=await self._approvers.of(chat.id, wait=False),
+            approvers=await self._approvers.for_decision(chat.id, {query.from_user.id, *voters}),
             required=policy.required_approvals,
             option=parsed.option,
         )
@@ -256,7 +259,7 @@ class Handlers:
             action,
             chat_id=message.chat_id,
             tapper=self._person(message.from_user),
-            approvers=await self._approvers.of(message.chat_id),
+            approvers=await self._approvers.for_decision(message.chat_id, {message.from_user.id}),
             required=policy.required_approvals,
             text=text,
         )
