@@ -82,6 +82,25 @@ class ApproverLookup:
             return False
         return member.status in DECIDING_STATUSES and not member.user.is_bot
 
+    async def learn_names(self, chat_id: int) -> None:
+        """Read the names of a chat's configured approvers that the bot has not seen yet
+        (``getChatMember``), so that alerts and reminders name them instead of showing ids.
+        Called when an agent is bound to the chat."""
+        approvers = self.policy(chat_id).approvers
+        if approvers == "admins":
+            await self.of(chat_id)
+            return
+        for user_id in sorted(approvers):
+            if self._chats.user_name(user_id) is not None:
+                continue
+            try:
+                member = await self._bot.get_chat_member(chat_id, user_id)
+            except tg_error.TelegramError as exc:
+                log.info("could not read the name of approver %s in chat %s: %s", user_id,
+                         chat_id, exc)
+                continue
+            self._bridge.note_user(user_id, member.user.full_name, member.user.username)
+
     async def stop(self) -> None:
         """Cancel the refreshes still running."""
         tasks = list(self._refreshing.values())

@@ -336,6 +336,7 @@ class Handlers:
                                                             f"{PAIRING_TIMEOUT_S:g} seconds")
             return
         await self._reply(message, "pair_done", agent=uri.agent.name)
+        await self._approvers.learn_names(chat.id)
 
     async def unpair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message, chat, user = update.effective_message, update.effective_chat, update.effective_user
