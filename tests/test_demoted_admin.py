@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from telegram_stub import StoredMessage
 from world import (
     ADA,
     BOB,
@@ -23,6 +22,7 @@ from world import (
 
 from bot.app import Bot
 from bot.config import parse_config
+from bot.playground.stub import StoredMessage
 from bot.testing.clock import ShiftedClock
 from bot.tg.approvers import ADMIN_CACHE_MS, ADMIN_GRACE_MS
 
