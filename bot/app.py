@@ -171,8 +171,9 @@ class Bot:
         handlers.register(application)
         application.add_error_handler(_log_error)
         stack.push_async_callback(approvers.stop)
-        # Started in this order and stopped in reverse: Telegram updates stop first (and
-        # the handlers in flight finish), then the worker and timers, then the relays.
+        # Started in this order and stopped in reverse: Telegram updates stop first (an
+        # update whose handler is cut short is handled again at the next start), then the
+        # worker and timers, then the relays.
         pool.ensure_all()
         stack.push_async_callback(pool.stop)
         running = Running(application, bridge, store, pool, worker, timers, handlers, changed,

@@ -335,8 +335,8 @@ class Handlers:
             await self._reply(message, "pair_failed", error="the agent did not answer within "
                                                             f"{PAIRING_TIMEOUT_S:g} seconds")
             return
-        await self._reply(message, "pair_done", agent=uri.agent.name)
         await self._approvers.learn_names(chat.id)
+        await self._reply(message, "pair_done", agent=uri.agent.name)
 
     async def unpair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message, chat, user = update.effective_message, update.effective_chat, update.effective_user
