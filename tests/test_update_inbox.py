@@ -3,38 +3,12 @@ confirmed while the bot waits out a 429, and is handled exactly once after the r
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 import sqlite3
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-from world import ADA, TOKEN, World, approval, make_world
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@asynccontextmanager
-async def bot_process(world: World) -> AsyncIterator[asyncio.subprocess.Process]:
-    config = world.tmp / "skald-telegram.toml"
-    config.write_text(
-        f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
-        f'chat_pace_seconds = 0\n[state]\ndir = "{world.tmp / "state"}"\n'
-    )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", "--config", str(config), cwd=world.tmp,
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL, stderr=open(world.tmp / "bot.log", "ab"),  # noqa: SIM115
-    )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+from test_bot_kill import bot_process
+from world import ADA, approval, make_world
 
 
 def taps_recorded(database: Path, item_id: str) -> int:
