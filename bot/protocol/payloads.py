@@ -49,6 +49,9 @@ MAX_GRANTS = 100
 """Grants in force listed in one inbox_update: more refuse the update."""
 MAX_ACTIVITY_ENTRIES = 100
 """Entries in one activity payload (§3.7): more refuse the payload."""
+MAX_INT = 2**63 - 1
+"""The largest integer a payload may carry: every one of them may reach SQLite, whose
+integers are signed 64-bit."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,17 @@ class PairAccept:
     device_id: str
 
 
+PAIR_REJECT_REASONS = ("used", "expired", "unknown", "bad_proof")
+"""Why an agent refuses a pairing (§5)."""
+
+
+@dataclass(frozen=True)
+class PairReject:
+    """The agent refused a pairing (§5): ``reason`` is one of :data:`PAIR_REJECT_REASONS`."""
+
+    reason: str
+
+
 @dataclass(frozen=True)
 class UnknownPayload:
     """A payload of a kind this client does not know: opened, then ignored (§2 rule 5)."""
@@ -275,6 +289,7 @@ Payload: TypeAlias = (
     | PairAccept
     | GrantRevoke
     | Activity
+    | PairReject
     | UnknownPayload
 )
 
@@ -633,6 +648,13 @@ def _parse_pair_accept(body: object) -> PairAccept:
     )
 
 
+def _parse_pair_reject(body: object) -> PairReject:
+    reason = _str(_object(body, "pair_reject"), "reason", "pair_reject")
+    if reason not in PAIR_REJECT_REASONS:
+        raise PayloadError(f"pair_reject: reason must be one of {', '.join(PAIR_REJECT_REASONS)}")
+    return PairReject(reason=reason)
+
+
 _PARSERS: dict[str, Callable[[object], Payload]] = {
     "inbox_update": parse_inbox_update,
     "notification": _parse_notification,
@@ -643,6 +665,7 @@ _PARSERS: dict[str, Callable[[object], Payload]] = {
     "pair_accept": _parse_pair_accept,
     "grant_revoke": _parse_grant_revoke,
     "activity": _parse_activity,
+    "pair_reject": _parse_pair_reject,
 }
 
 
@@ -675,8 +698,8 @@ def _optional_str(obj: dict[str, JSON], name: str, where: str) -> str | None:
 
 def _int(obj: dict[str, JSON], name: str, where: str) -> int:
     value = obj.get(name)
-    if not is_int(value) or value < 0:
-        raise PayloadError(f"{where}: {name} must be a non-negative integer")
+    if not is_int(value) or not 0 <= value <= MAX_INT:
+        raise PayloadError(f"{where}: {name} must be an integer from 0 to 2^63-1")
     return value
 
 
@@ -778,6 +801,8 @@ def _encode_body(payload: Payload) -> tuple[str, JSON]:
                 "agent": {"id": payload.agent_id, "name": payload.agent_name},
                 "device_id": payload.device_id,
             }
+        case PairReject():
+            return "pair_reject", {"reason": payload.reason}
         case UnknownPayload():
             return payload.kind, {}
     raise TypeError(f"not a payload: {type(payload).__name__}")

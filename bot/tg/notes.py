@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from bot.bridge import Bridge
-from bot.clock import Clock, from_ms, maybe_from_ms
+from bot.clock import Clock, from_ms
 from bot.config import Config
 from bot.core.grants import (
     ACTIVITY_LINES_SHOWN,
@@ -24,6 +24,7 @@ from bot.core.grants import (
 )
 from bot.errors import ChatUnavailable, MessageGone, SkaldError, Throttled
 from bot.render import Renderer
+from bot.render.environment import in_zone
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import Keyboard, revoke_keyboard
 
@@ -113,8 +114,10 @@ class NoteWorker:
                 grants.setdefault((entry.agent_id, entry.grant_id), grant)
             lines.append({"summary": entry.summary, "tool": entry.tool,
                           "by": grant.granted_by if grant else None,
-                          "agent": self._agent_name(entry.agent_id), "at": from_ms(entry.at)})
-        shown = [self._grant_view(row, grant_id, now) for (_a, grant_id), row in grants.items()]
+                          "agent": self._agent_name(entry.agent_id)})
+        zone = self._bridge.policy(note.chat_id).timezone
+        shown = [self._grant_view(row, grant_id, now, zone)
+                 for (_a, grant_id), row in grants.items()]
         html = self._renderer.message(
             "activity", lines=lines[-ACTIVITY_LINES_SHOWN:],
             earlier=max(0, len(lines) - ACTIVITY_LINES_SHOWN), grants=shown,
@@ -127,11 +130,14 @@ class NoteWorker:
         rows = [self._view.grants.get(agent_id, grant_id)
                 for agent_id, grant_id in self._view.grants.note_grants(note.note_id)]
         known = [row for row in rows if row is not None]
+        zone = self._bridge.policy(note.chat_id).timezone
         html = self._renderer.message(
-            "grants", grants=[self._grant_view(row, row.grant_id, now) for row in known])
+            "grants", grants=[self._grant_view(row, row.grant_id, now, zone) for row in known])
         return html, self._revoke_buttons(known, now)
 
-    def _grant_view(self, row: GrantRow | None, grant_id: str, now: int) -> dict[str, object]:
+    def _grant_view(
+        self, row: GrantRow | None, grant_id: str, now: int, zone: str
+    ) -> dict[str, object]:
         if row is None:
             return {"id": grant_id, "status": "unknown", "label": grant_id, "by": None,
                     "agent": None, "until": None, "minutes_left": None, "uses": None,
@@ -142,7 +148,7 @@ class NoteWorker:
             "label": row.label,
             "by": row.granted_by,
             "agent": self._agent_name(row.agent_id),
-            "until": maybe_from_ms(row.expires_at),
+            "until": None if row.expires_at is None else in_zone(from_ms(row.expires_at), zone),
             "minutes_left": minutes_left(row, now),
             "uses": row.uses,
             "revoke_by": row.revoke_by,

@@ -198,6 +198,7 @@ class CardWorker:
             agent_name=peer.name if peer else card.agent_id[:8],
             secrets=policy.secrets,
             now=from_ms(self._clock.now_ms()),
+            zone=policy.timezone,
         )
         parsed = parse_item(item)
         minutes = self._bridge.grant_minutes(parsed, card.chat_id)
