@@ -56,13 +56,18 @@ class NoteWorker:
         while True:
             self._wake.clear()
             failed = False
-            for chat_id in self._view.grants.chats_with_dirty_notes():
+            for chat_id in self._postable_chats():
                 for note in self._view.grants.dirty_notes(chat_id):
                     failed |= not await self._attempt(note)
             if failed:
                 await self._clock.wait(self._wake, RETRY_DELAY_S)
-            elif not self._view.grants.chats_with_dirty_notes():
+            elif not self._postable_chats():
                 await self._wake.wait()
+
+    def _postable_chats(self) -> list[int]:
+        """Chats with notes to show where the bot may post."""
+        return [chat_id for chat_id in self._view.grants.chats_with_dirty_notes()
+                if not self._view.chats.forbidden(chat_id)]
 
     async def _attempt(self, note: NoteRow) -> bool:
         """Show one note; False when it must be tried again later."""
