@@ -70,11 +70,12 @@ async def test_fifty_concurrent_asks_each_get_their_own_decision(tmp_path: Path)
             start_cli("ask", "--tool", f"job_{n:02d}", "--arg", f"n={n}", env=hw.host.env)
             for n in range(50)
         ))
-        await hw.tg.wait_for(lambda tg: len(hw.world.cards(ADA)) == 50, timeout=30)
+        # Fifty interpreters starting at once: generous limits for a loaded machine.
+        await hw.tg.wait_for(lambda tg: len(hw.world.cards(ADA)) == 50, timeout=90)
         for n in range(50):
             card = hw.world.card(ADA, f"job_{n:02d}(")
             hw.world.tap(ADA, card, ADA, "Approve" if n % 2 == 0 else "❌ Deny")
-        results = await asyncio.gather(*(finished(ask, timeout=30) for ask in asks))
+        results = await asyncio.gather(*(finished(ask, timeout=90) for ask in asks))
         assert [r.code for r in results] == [n % 2 for n in range(50)]
         assert all(r.out.startswith("approved by" if n % 2 == 0 else "denied by")
                    for n, r in enumerate(results))
