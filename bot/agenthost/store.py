@@ -111,7 +111,6 @@ class AgentStore:
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
-        self._depth = 0
 
     def close(self) -> None:
         self._db.close()
@@ -134,30 +133,14 @@ class AgentStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One atomic change (nested calls join the outer one)."""
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot write {self.path}: {exc}") from exc
-        self._depth = 1
+        """One atomic change: committed when the block ends, rolled back if it raises."""
+        self._execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
-            self._depth = 0
-            self._db.execute("ROLLBACK")
+            self._db.rollback()
             raise
-        self._depth = 0
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot write {self.path}: {exc}") from exc
+        self._execute("COMMIT")
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
