@@ -99,9 +99,9 @@ async def devices(relay_url: str, *names: str) -> AsyncIterator[list[Device]]:
 
 
 @contextlib.asynccontextmanager
-async def running_host(tmp: Path) -> AsyncIterator[tuple[Host, RelayServer]]:
+async def running_host(tmp: Path, *args: str) -> AsyncIterator[tuple[Host, RelayServer]]:
     async with RelayServer(tmp / "relay") as relay:
-        host = Host(tmp / "agent", relay.url)
+        host = Host(tmp / "agent", relay.url, *args)
         await host.start()
         try:
             yield host, relay
@@ -193,6 +193,21 @@ async def test_a_decision_for_other_arguments_is_refused(tmp_path: Path) -> None
         verdicts = _verdicts(host.state, item_id)
         assert verdicts == ["refused: args_sha256 does not match the arguments shown",
                             "accepted", "refused: already denied"]
+
+
+async def test_notifications_when_enabled_carry_no_arguments(tmp_path: Path) -> None:
+    async with running_host(tmp_path, "--notifications") as (host, relay), devices(
+            relay.url, "phone") as (phone,), host.client() as client:
+        phone.pair(parse_pairing_uri((await client.new_pairing())["link"]))
+        await phone.wait_for(lambda d: "inbox_update" in d.kinds())
+        item_id = await client.submit_question("Which environment?", ["staging", "prod"])
+        await phone.wait_for(lambda d: "notification" in d.kinds())
+        assert phone.bodies("notification") == [{
+            "item_id": item_id, "category": "clarification", "title": "build-host",
+            "body": "Which environment?"}]
+        assert (await client.withdraw(item_id)).state == "withdrawn"
+        await phone.wait_for(lambda d: [r["outcome"] for r in latest_update(d)["resolved"]]
+                             == ["cancelled"])
 
 
 def _verdicts(state: Path, item_id: str) -> list[str]:

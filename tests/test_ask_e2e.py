@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 
 from agenthost_world import finished, host_world, start_cli
@@ -60,6 +61,15 @@ async def test_timeout_closes_the_card_and_exits_2(tmp_path: Path) -> None:
         assert result.code == 2, result.err
         assert "expired" in result.out
         card = await hw.world.wait_card(ADA, "slow_call(1)", lambda m: "Expired" in m.text)
+        assert card.buttons() == []
+
+        interrupted = await start_cli("ask", "--tool", "long_call", "--arg", "n=2",
+                                      env=hw.host.env)
+        await hw.world.wait_card(ADA, "long_call(2)")
+        interrupted.send_signal(signal.SIGINT)  # Ctrl-C withdraws the request
+        result = await finished(interrupted)
+        assert result.code == 3 and "withdrawn" in result.err
+        card = await hw.world.wait_card(ADA, "long_call(2)", lambda m: "Cancelled" in m.text)
         assert card.buttons() == []
 
 
