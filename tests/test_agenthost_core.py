@@ -163,3 +163,23 @@ async def test_ask_bad_input_exits_3_with_one_line(args: list[str], tmp_path: Pa
     assert result.out == ""
     assert len(result.err.strip().splitlines()) == 1, result.err
     assert result.err.startswith("skald-telegram ask: ")
+
+
+async def test_serve_refuses_what_it_cannot_run_with_one_line(tmp_path: Path) -> None:
+    open_folder = tmp_path / "open"
+    open_folder.mkdir(mode=0o755)
+    open_folder.chmod(0o755)
+    cases = [
+        (["--state", str(open_folder), "--relay", "ws://127.0.0.1:9/v1/connect"],
+         "fix it with: chmod 700"),
+        (["--state", str(tmp_path / "new")], "the first start needs the relay"),
+        (["--state", str(tmp_path / "new"), "--relay", "http://relay"], "not a relay URL"),
+        (["--state", str(tmp_path / "new"), "--relay", "ws://127.0.0.1:9/v1/connect",
+          "--listen", "nowhere"], "--listen must be HOST:PORT"),
+    ]
+    for args, message in cases:
+        result = await run_cli("agent", "serve", *args)
+        assert result.code == 1, result
+        last = result.err.strip().splitlines()[-1]
+        assert last.startswith("skald-telegram: ") and message in last, result.err
+    assert oct((tmp_path / "new").stat().st_mode & 0o777) == "0o700"

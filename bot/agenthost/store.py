@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,12 +85,15 @@ _MIGRATIONS: Final = (
 
 
 def private_folder(path: Path) -> Path:
-    """Create ``path`` (0700) if needed and tighten it to 0700."""
+    """Create ``path`` with mode 0700 if needed; refuse one that others can open."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
+        mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
         raise StoreError(f"cannot create the state folder {path}: {exc.strerror}") from exc
+    if mode & 0o077:
+        raise StoreError(f"the state folder {path} is open to group or others (mode "
+                         f"{mode:04o}); fix it with: chmod 700 {path}")
     return path
 
 
