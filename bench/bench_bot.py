@@ -1,6 +1,6 @@
 """The whole bot against local stand-ins: card and decision latency, a paced burst, memory.
 
-Everything is real and on loopback: the relay server, an :class:`~bot.agent.Agent`, the bot
+Everything is real and on loopback: the relay server, an :class:`~bot.testing.agent.Agent`, the bot
 (`bot.app.Bot`, PTB long polling) and the Telegram Bot API stand-in of the tests, reached
 over HTTP through ``api_url``.
 
@@ -42,7 +42,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from telegram_stub import RecordedRequest, TelegramStub
 from world import (
     ADA,
     FAST_RELAY,
@@ -54,12 +53,14 @@ from world import (
     running_bot,
 )
 
-from bot.agent import Agent
 from bot.config import load_config
+from bot.playground.stub import RecordedRequest, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
 from bot.store import Store
+from bot.store.db import Database
+from bot.testing.agent import Agent
 
 ITEM_SPACING_S = 0.075
 """Least time between two latency items: two rate-limited calls each stay under 30/s."""
@@ -187,9 +188,9 @@ async def _latency_items(world: World, count: int) -> tuple[list[float], list[fl
         # Let the card edits and the agent's resolved update finish before the next item.
         await _until(
             lambda: agent.unsent == 0
-            and running.store.last_rev(agent.identity.id) == agent.rev
-            and running.store.outbox_depth() == 0
-            and running.worker.idle(),
+            and running.store.agents.last_rev(agent.identity.id) == agent.rev
+            and running.store.outbox.depth() == 0
+            and not running.store.cards.chats_with_dirty(),
             "the bot to settle",
         )
         await asyncio.sleep(max(0.0, started + ITEM_SPACING_S - _now()))
@@ -245,11 +246,12 @@ async def _burst(sizes: Sizes, tmp: Path) -> None:
         chats = [BURST_USER_BASE + n for n in range(sizes.burst_chats)]
         # Benchmark setup shortcut: bind the paired agent to the burst's private chats
         # straight in the store, instead of pairing again in every chat.
-        running.store.unbind(agent_id, ADA)
+        running.store.agents.unbind(agent_id, ADA)
         for chat_id in chats:
             tg.add_user(chat_id, f"User{chat_id}")
             tg.add_private_chat(chat_id)
-            running.store.bind(agent_id, chat_id, None, now_ms)
+            running.bridge.note_chat(chat_id, f"User{chat_id}", "private")
+            running.store.agents.bind(agent_id, chat_id, None, now_ms)
         burst_chats = set(chats)
         since = len(tg.requests)
         started = _now()
@@ -318,7 +320,7 @@ def _open_items(database: Path) -> int:
     connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
     connection.row_factory = sqlite3.Row
     try:
-        return Store(connection, database).open_item_count()
+        return Store(Database(connection, database)).items.open_count()
     except sqlite3.OperationalError:
         return 0  # the bot has not created its tables yet
     finally:

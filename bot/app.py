@@ -8,8 +8,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -17,15 +15,17 @@ from telegram import Chat, LinkPreviewOptions, User
 from telegram import error as tg_error
 from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaults
 
-from bot.bridge import Bridge
+from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Config
-from bot.errors import TelegramError
+from bot.errors import BotApiError
 from bot.health import HEARTBEAT_S, write_status
 from bot.keyfile import load_or_create_identity
-from bot.relays import RelayPool
+from bot.relay_pool import RelayPool
 from bot.render import Renderer
+from bot.signals import until_signalled
 from bot.store import Store
-from bot.tg.approvers import Approvers
+from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
 from bot.tg.timers import Timers
@@ -55,6 +55,22 @@ def build_application(config: Config) -> Application:  # type: ignore[type-arg]
     )
 
 
+@dataclass(frozen=True)
+class Redraw:
+    """Acts on a committed change to what cards show or when something is due: wakes the
+    card worker, the timers and whoever waits for a pairing."""
+
+    worker: CardWorker
+    timers: Timers
+    changed: asyncio.Event
+
+    def __call__(self, changes: Changes) -> None:
+        if changes.cards:
+            self.worker.wake()
+            self.timers.wake()
+            self.changed.set()
+
+
 @dataclass
 class Running:
     """The parts of a running bot, for the demo and tests to reach."""
@@ -66,7 +82,16 @@ class Running:
     worker: CardWorker
     timers: Timers
     handlers: Handlers
+    changed: asyncio.Event
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def apply(self, changes: Changes) -> None:
+        """Act on what a use case of :attr:`bridge` changed (after its commit)."""
+        self.relays.apply(changes)
+
+    async def wait_until_paired(self, agent_id: str, timeout: float = PAIRING_TIMEOUT_S) -> None:
+        """Return once the agent accepted the pairing; TimeoutError after ``timeout``."""
+        await wait_until_paired(self.bridge, agent_id, self.changed, timeout)
 
 
 class Bot:
@@ -76,7 +101,7 @@ class Bot:
         self,
         config: Config,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         on_start: OnStart | None = None,
         relay_options: dict[str, float] | None = None,
     ) -> None:
@@ -109,10 +134,10 @@ class Bot:
         try:
             await application.initialize()
         except tg_error.InvalidToken as exc:
-            raise TelegramError("Telegram refused the bot token (check TELEGRAM_BOT_TOKEN)") \
+            raise BotApiError("Telegram refused the bot token (check TELEGRAM_BOT_TOKEN)") \
                 from exc
         except tg_error.TelegramError as exc:
-            raise TelegramError(f"cannot reach the Bot API at {config.api_url}: {exc}") from exc
+            raise BotApiError(f"cannot reach the Bot API at {config.api_url}: {exc}") from exc
         stack.push_async_callback(application.shutdown)
         username = application.bot.username
         identity = load_or_create_identity(
@@ -122,31 +147,18 @@ class Bot:
         stack.callback(store.close)
         renderer = Renderer(config.templates_dir)
         gateway = Gateway(application.bot)
-        pool: RelayPool
-        worker: CardWorker
-        timers: Timers
-        handlers: Handlers
-
-        def changed() -> None:
-            worker.wake()
-            timers.wake()
-            handlers.pairing_changed.set()
-
-        bridge = Bridge(
-            identity=identity, store=store, config=config, clock=self._clock,
-            on_change=changed, on_outbox=lambda url: pool.wake(url),
-        )
-        pool = RelayPool(bridge, **self._relay_options)
-        approvers = Approvers(bot=application.bot, store=store, policy=bridge.policy,
-                              now_ms=bridge.now_ms)
-        worker = CardWorker(store=store, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock, policy=bridge.policy)
-        timers = Timers(bridge=bridge, store=store, gateway=gateway, renderer=renderer,
-                        config=config, approvers=approvers.of)
+        bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
+        approvers = ApproverLookup(bot=application.bot, bridge=bridge)
+        worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
+                            clock=self._clock)
+        timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
+                        approvers=approvers.of, redraw=worker.wake, clock=self._clock)
+        changed = asyncio.Event()
+        pool = RelayPool(bridge, after=Redraw(worker, timers, changed), **self._relay_options)
         handlers = Handlers(
-            bridge=bridge, store=store, renderer=renderer, gateway=gateway, config=config,
-            approvers=approvers, ensure_relay=pool.ensure, relay_views=pool.statuses,
-            on_start=self._on_start,
+            bridge=bridge, renderer=renderer, gateway=gateway, config=config,
+            apply=pool.apply, changed=changed, approvers=approvers,
+            relay_views=pool.statuses, on_start=self._on_start,
         )
         handlers.register(application)
         application.add_error_handler(_log_error)
@@ -154,7 +166,7 @@ class Bot:
         # the handlers in flight finish), then the worker and timers, then the relays.
         pool.ensure_all()
         stack.push_async_callback(pool.stop)
-        running = Running(application, bridge, store, pool, worker, timers, handlers)
+        running = Running(application, bridge, store, pool, worker, timers, handlers, changed)
         running.tasks = [
             asyncio.create_task(worker.run(), name="card worker"),
             asyncio.create_task(timers.run(), name="timers"),
@@ -194,8 +206,8 @@ async def _heartbeat(config: Config, running: Running) -> None:
                 "pid": os.getpid(),
                 "relays": [{"url": s.url, "connected": s.connected}
                            for s in running.relays.statuses()],
-                "open_items": running.store.open_item_count(),
-                "outbox": running.store.outbox_depth(),
+                "open_items": running.store.items.open_count(),
+                "outbox": running.store.outbox.depth(),
             })
         except OSError as exc:
             log.warning("could not write the status file %s: %s", config.status_path, exc)
@@ -209,17 +221,7 @@ async def _log_error(update: object, context: object) -> None:
 
 async def run_until_signalled(config: Config, *, on_start: OnStart | None = None) -> None:
     """Run the bot until SIGTERM or SIGINT."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
     async with Bot(config, on_start=on_start):
-        await stop.wait()
+        await until_signalled()
         log.info("stopping")
-
-
-def run_command(config: Config) -> int:
-    asyncio.run(run_until_signalled(config))
-    return 0
 

@@ -1,26 +1,28 @@
-"""The bridge between agents and chats, independent of Telegram and of sockets.
+"""The bot's use cases: the only writer of its state, independent of Telegram and sockets.
 
-It applies what agents send (envelopes in, store changes out) and turns what people decide
-into sealed envelopes in the outbox. Each step is one store transaction, so a crash between
-any two steps leaves a state the next start finishes: cards are rows waiting to be shown,
-decisions are outbox rows waiting for the relay.
+It applies what agents send (envelopes in, store changes out), turns what people decide
+into sealed envelopes in the outbox, and records what the Telegram side saw and did (chats,
+posted cards, prompts, reminders). Each use case is one store transaction and returns the
+:class:`Changes` it made; the caller acts on them (wakes the card worker, flushes a relay)
+only after the commit. A crash between any two steps leaves a state the next start
+finishes: cards are rows waiting to be shown, decisions are outbox rows waiting for the
+relay.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from bot.cards import parse_item
-from bot.clock import from_ms, to_ms
+from bot.clock import Clock, from_ms, to_ms
 from bot.config import ChatPolicy, Config
-from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
-from bot.inbox import plan_update, remind_at
-from bot.policy import (
+from bot.core.inbox import plan_update, remind_at
+from bot.core.model import CardRow, ChatKind, DecisionRow, ItemRow, Pairing, Peer, parse_item
+from bot.core.policy import (
     Action,
     Answered,
     Decided,
@@ -32,6 +34,7 @@ from bot.policy import (
     Voter,
     evaluate_tap,
 )
+from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
@@ -50,96 +53,110 @@ from bot.protocol.payloads import (
     encode_payload,
     item_to_wire,
 )
-from bot.store import CardRow, DecisionRow, ItemRow, Pairing, Peer, Store
+from bot.protocol.replay import RETENTION_MS
+from bot.store import Store
 
 log = logging.getLogger(__name__)
 
-MS = 1000
-PAIRING_WINDOW_MS = 10 * 60 * MS
+PAIRING_WINDOW_MS = 10 * 60 * 1000
 """How long a pairing in progress waits for the agent's pair_accept."""
+PAIRING_TIMEOUT_S = 30.0
+"""How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
+REPLAY_PRUNE_EVERY_MS = 3600 * 1000
 
 
 @dataclass(frozen=True)
-class TapOutcome:
+class Changes:
+    """What a use case changed, for the caller to act on after the commit."""
+
+    cards: bool = False
+    """Cards to show or redraw, due times that moved, or a pairing that finished."""
+    relays: frozenset[str] = frozenset()
+    """Relays with new envelopes waiting in the outbox."""
+
+    def __or__(self, other: Changes) -> Changes:
+        return Changes(self.cards or other.cards, self.relays | other.relays)
+
+
+NOTHING = Changes()
+REDRAW = Changes(cards=True)
+
+
+@dataclass(frozen=True)
+class TapReport:
     """What a tap did, for the Telegram side to tell the tapper."""
 
     result: TapResult
     card: CardRow | None = None
     item: ItemRow | None = None
+    changes: Changes = field(default=NOTHING)
 
 
 class Bridge:
-    """Applies agents' envelopes and people's decisions to the store."""
+    """Applies agents' envelopes, people's decisions and what Telegram reported to the
+    store: the one writer of the bot's state."""
 
-    def __init__(
-        self,
-        *,
-        identity: Identity,
-        store: Store,
-        config: Config,
-        clock: Callable[[], float],
-        on_change: Callable[[], None] = lambda: None,
-        on_outbox: Callable[[str], None] = lambda relay_url: None,
-    ) -> None:
+    def __init__(self, *, identity: Identity, store: Store, config: Config, clock: Clock) -> None:
         self.identity = identity
-        self.store = store
+        self._store = store
+        self.view = store.view()
+        """The bot's state, read-only, for the Telegram side."""
         self.config = config
         self._clock = clock
-        self._on_change = on_change
-        self._on_outbox = on_outbox
 
     def now_ms(self) -> int:
-        return int(self._clock() * MS)
+        return self._clock.now_ms()
 
     def policy(self, chat_id: int) -> ChatPolicy:
-        """A chat's rules from the configuration, following supergroup migrations."""
-        # Private chats have positive ids (the user's own); groups negative ones.
-        return self.config.policy(chat_id, private=chat_id > 0,
-                                  former_ids=tuple(self.store.former_chat_ids(chat_id)))
-
-    def notify_change(self) -> None:
-        """Something outside the bridge changed what cards should show (a chat came back)."""
-        self._on_change()
+        """A chat's rules from the configuration, following supergroup migrations. A chat
+        whose type Telegram has not reported yet gets a group's (stricter) defaults."""
+        return self.config.policy(
+            chat_id, private=self._store.chats.kind(chat_id) == "private",
+            former_ids=tuple(self._store.chats.former_ids(chat_id)),
+        )
 
     # -- relays -----------------------------------------------------------------------------
 
     def relay_urls(self) -> set[str]:
         """Every relay the bot must keep a session with: its peers' and pending pairings'."""
-        urls = {peer.relay_url for peer in self.store.peers()}
+        urls = {peer.relay_url for peer in self._store.agents.peers()}
         urls.update(pairing.relay_url for pairing in self._pending_pairings())
         return urls
 
     def _pending_pairings(self) -> list[Pairing]:
-        return self.store.pending_pairings(since_ms=self.now_ms() - PAIRING_WINDOW_MS)
+        return self._store.agents.pending_pairings(since_ms=self.now_ms() - PAIRING_WINDOW_MS)
 
-    def request_inboxes(self, relay_url: str) -> None:
+    def request_inboxes(self, relay_url: str) -> Changes:
         """Ask every agent on ``relay_url`` for a complete inbox (after each (re)connection)."""
-        with self.store.transaction():
-            for peer in self.store.peers():
+        changes = NOTHING
+        with self._store.transaction():
+            for peer in self._store.agents.peers():
                 if peer.relay_url == relay_url:
-                    self._send(peer, InboxRequest(since_rev=self.store.last_rev(peer.agent_id)))
+                    changes |= self._send(
+                        peer, InboxRequest(since_rev=self._store.agents.last_rev(peer.agent_id)))
+        return changes
 
     def outbox_pending(self, relay_url: str) -> list[dict[str, object]]:
         """The relay client's outbox: envelopes for ``relay_url`` the relay has not taken."""
-        return self.store.outbox_pending(relay_url)
+        return self._store.outbox.pending(relay_url)
 
     def outbox_mark_sent(self, envelope_id: str) -> None:
         """The relay took an envelope: stop resending it, and record a decision as
         acknowledged in the audit trail."""
         now = self.now_ms()
-        with self.store.transaction():
-            if not self.store.outbox_mark_sent(envelope_id, now):
+        with self._store.transaction():
+            if not self._store.outbox.mark_sent(envelope_id, now):
                 return
-            decision = self.store.decision_by_envelope(envelope_id)
+            decision = self._store.items.decision_by_envelope(envelope_id)
             if decision is not None:
-                self.store.audit(
+                self._store.audit.append(
                     "decision_acknowledged", at=now, chat_id=decision.chat_id,
                     agent_id=decision.agent_id, item_id=decision.item_id,
                     user_id=decision.user_id, user_name=decision.user_name,
                     decision_id=decision.decision_id,
                 )
 
-    def handle_envelope(self, raw: dict[str, object]) -> None:
+    def handle_envelope(self, raw: dict[str, object]) -> Changes:
         """Open, check and durably apply one delivered envelope (the relay acks after this).
 
         A refused envelope is logged with its reason and dropped; it is still acknowledged.
@@ -151,46 +168,48 @@ class Bridge:
                 me=self.identity,
                 peers=self._known_cards(),
                 now_ms=now,
-                replay=self.store.replay_guard(),
+                replay=self._store.outbox,
             )
         except EnvelopeRefused as refusal:
             level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
             log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
                     _short(raw.get("from")), refusal)
-            return
+            return NOTHING
         envelope = opened.envelope
-        with self.store.transaction():
-            self.store.replay_remember(envelope.id, envelope.ts, now)
-            self._apply(opened.sender, opened.payload, now)
+        with self._store.transaction():
+            self._store.outbox.remember(envelope.id, envelope.ts, now)
+            changes = self._apply(opened.sender, opened.payload, now)
         log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
-        self._on_change()
+        return changes | REDRAW
 
     def _known_cards(self) -> dict[str, PublicCard]:
         cards = {peer.agent_id: PublicCard.from_json(json.loads(peer.card_json))
-                 for peer in self.store.peers()}
+                 for peer in self._store.agents.peers()}
         for pairing in self._pending_pairings():
             cards.setdefault(pairing.agent_id,
                              PublicCard.from_json(json.loads(pairing.card_json)))
         return cards
 
-    def _apply(self, sender: PublicCard, payload: Payload, now: int) -> None:
+    def _apply(self, sender: PublicCard, payload: Payload, now: int) -> Changes:
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
-        elif self.store.peer(sender.id) is None:
+        elif self._store.agents.peer(sender.id) is None:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
             self._apply_inbox_update(sender.id, payload, now)
         elif isinstance(payload, Notification):
-            if not self.store.has_item(sender.id, payload.item_id):
-                peer = self.store.peer(sender.id)
+            if not self._store.items.has(sender.id, payload.item_id):
+                peer = self._store.agents.peer(sender.id)
                 if peer is not None:
-                    self._send(peer, InboxRequest(since_rev=self.store.last_rev(sender.id)))
+                    return self._send(
+                        peer, InboxRequest(since_rev=self._store.agents.last_rev(sender.id)))
         else:
             log.info("ignored a %s payload from %s", type(payload).__name__, sender.id[:8])
+        return NOTHING
 
     def _apply_pair_accept(self, sender: PublicCard, accept: PairAccept, now: int) -> None:
-        pairing = self.store.pairing(sender.id)
+        pairing = self._store.agents.pairing(sender.id)
         if (
             pairing is None
             or pairing.accepted_at is not None
@@ -201,40 +220,40 @@ class Bridge:
                         sender.id[:8])
             return
         name = accept.agent_name or sender.name
-        self.store.add_peer(
+        self._store.agents.add_peer(
             Peer(sender.id, pairing.relay_url, json.dumps(sender.to_json()), name), now
         )
         self._bind(sender.id, pairing.chat_id, pairing.topic_id, now)
-        self.store.pairing_accepted(sender.id, now)
-        self.store.audit("paired", at=now, chat_id=pairing.chat_id, agent_id=sender.id,
+        self._store.agents.pairing_accepted(sender.id, now)
+        self._store.audit.append("paired", at=now, chat_id=pairing.chat_id, agent_id=sender.id,
                          user_id=pairing.requested_by, agent_name=name)
         log.info("paired with agent %s (%s)", sender.id[:8], name)
 
     def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
         plan = plan_update(
             update,
-            last_rev=self.store.last_rev(agent_id),
+            last_rev=self._store.agents.last_rev(agent_id),
             known=self._known_item_ids(agent_id, update),
-            open_now=self.store.open_item_ids(agent_id),
+            open_now=self._store.items.open_ids(agent_id),
         )
         if plan.stale:
             log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
             return
-        self.store.set_rev(agent_id, update.rev, now)
+        self._store.agents.set_rev(agent_id, update.rev, now)
         for item in plan.new_items:
             if self._add_item(agent_id, item, now=now):
-                for binding in self.store.bindings_for_agent(agent_id):
+                for binding in self._store.agents.bindings_for_agent(agent_id):
                     self._plan_card(agent_id, item.id, binding.chat_id, binding.topic_id)
         for gone in plan.gone:
             at = to_ms(gone.at) if gone.at else now
-            if self.store.close_item(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
-                self.store.audit("resolved_elsewhere", at=now, agent_id=agent_id,
+            if self._store.items.close(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
+                self._store.audit.append("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
 
     def _bind(self, agent_id: str, chat_id: int, topic_id: int | None, now: int) -> None:
         """Bind an agent to a chat, with a card there for each of its open items."""
-        self.store.bind(agent_id, chat_id, topic_id, now)
-        for item_id in sorted(self.store.open_item_ids(agent_id)):
+        self._store.agents.bind(agent_id, chat_id, topic_id, now)
+        for item_id in sorted(self._store.items.open_ids(agent_id)):
             self._plan_card(agent_id, item_id, chat_id, topic_id)
 
     def _plan_card(self, agent_id: str, item_id: str, chat_id: int, topic_id: int | None) -> None:
@@ -243,19 +262,19 @@ class Bridge:
         again."""
         if topic_id is None:
             topic_id = self.policy(chat_id).topic
-        self.store.add_card(agent_id, item_id, chat_id, topic_id, new_token())
+        self._store.cards.add(agent_id, item_id, chat_id, topic_id, new_token())
 
     def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
         items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
         ids = [item.id for item in items]
-        return {item_id for item_id in ids if self.store.has_item(agent_id, item_id)}
+        return {item_id for item_id in ids if self._store.items.has(agent_id, item_id)}
 
     def _add_item(self, agent_id: str, item: Approval | Clarification, *, now: int) -> bool:
         """Hold a new item; False if the bot already holds one with this id."""
         kind = "approval" if isinstance(item, Approval) else "clarification"
         created = item.created_at or from_ms(now)
         reminder = remind_at(created, item.expires_at)
-        return self.store.add_item(
+        return self._store.items.add(
             agent_id,
             item.id,
             kind,
@@ -269,31 +288,31 @@ class Bridge:
 
     def start_pairing(
         self, uri: PairingUri, *, chat_id: int, topic_id: int | None, requested_by: int | None
-    ) -> None:
+    ) -> Changes:
         """Record a pairing in progress and queue its ``pair_request`` for the agent's relay."""
         now = self.now_ms()
         request = build_pair_request(self.identity, uri, device_name=self.identity.card.name)
-        with self.store.transaction():
-            self.store.add_pairing(
+        with self._store.transaction():
+            self._store.agents.add_pairing(
                 uri.agent.id, uri.relay, json.dumps(uri.agent.to_json()), chat_id=chat_id,
                 topic_id=topic_id, requested_by=requested_by, now_ms=now,
             )
             envelope = seal(encode_payload(request), sender=self.identity, recipient=uri.agent,
                             ts_ms=now)
-            self.store.outbox_add(uri.relay, envelope.to_json(), now)
-        self._on_outbox(uri.relay)
+            self._store.outbox.add(uri.relay, envelope.to_json(), now)
+        return Changes(relays=frozenset({uri.relay}))
 
     def pairing_done(self, agent_id: str) -> bool:
-        pairing = self.store.pairing(agent_id)
+        pairing = self._store.agents.pairing(agent_id)
         return pairing is not None and pairing.accepted_at is not None
 
-    def unbind(self, agent_id: str, chat_id: int, user_id: int | None) -> None:
+    def unbind(self, agent_id: str, chat_id: int, user_id: int | None) -> Changes:
         now = self.now_ms()
-        with self.store.transaction():
-            self.store.unbind(agent_id, chat_id)
-            self.store.audit("unpaired", at=now, chat_id=chat_id, agent_id=agent_id,
-                             user_id=user_id)
-        self._on_change()
+        with self._store.transaction():
+            self._store.agents.unbind(agent_id, chat_id)
+            self._store.audit.append("unpaired", at=now, chat_id=chat_id, agent_id=agent_id,
+                                     user_id=user_id)
+        return REDRAW
 
     # -- decisions --------------------------------------------------------------------------
 
@@ -308,30 +327,31 @@ class Bridge:
         required: int,
         option: int | None = None,
         text: str | None = None,
-    ) -> TapOutcome:
+    ) -> TapReport:
         """Apply one tap (or a typed deny reason or answer, ``text``) in ``chat_id``, and
         record it in the audit trail, allowed or not. A token of a card in another chat is
         an unknown card: the tapper's rights come from the chat the tap happened in."""
         now = self.now_ms()
         voter = Voter(tapper.telegram_user_id or 0, tapper.name, now)
-        card = self.store.card_by_token(token)
-        item = self.store.item(card.agent_id, card.item_id) if card else None
+        card = self._store.cards.by_token(token)
+        item = self._store.items.get(card.agent_id, card.item_id) if card else None
         if card is None or item is None or card.chat_id != chat_id:
             self.record_refused_tap(chat_id, tapper, action.name.lower(), Refusal.UNKNOWN_CARD)
-            return TapOutcome(Refused(Refusal.UNKNOWN_CARD))
+            return TapReport(Refused(Refusal.UNKNOWN_CARD))
         parsed = parse_item(item)
         view = ItemView(
             kind=item.kind,
             open=item.state == "open",
             expired=item.expires_at is not None and item.expires_at <= now,
-            bound=self.store.is_bound(card.agent_id, card.chat_id),
+            bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
             options=parsed.options if isinstance(parsed, Clarification) else (),
         )
-        votes = tuple(Voter(v.user_id, v.name, v.at) for v in self.store.votes(card.card_id))
+        votes = tuple(Voter(v.user_id, v.name, v.at) for v in self._store.cards.votes(card.card_id))
         result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
                               required=required, voters=votes, option=option, text=text)
-        with self.store.transaction():
-            self.store.audit(
+        changes = REDRAW
+        with self._store.transaction():
+            self._store.audit.append(
                 "tap", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
                 item_id=card.item_id, user_id=voter.user_id, user_name=tapper.name,
                 action=action.name.lower(), allowed=not isinstance(result, Refused),
@@ -339,29 +359,29 @@ class Bridge:
             )
             if isinstance(result, Tallied):
                 if action is Action.APPROVE:
-                    self.store.add_vote(card.card_id, voter.user_id, tapper.name, now)
+                    self._store.cards.add_vote(card.card_id, voter.user_id, tapper.name, now)
                 else:
-                    self.store.remove_vote(card.card_id, voter.user_id)
+                    self._store.cards.remove_vote(card.card_id, voter.user_id)
             elif isinstance(result, Decided) and isinstance(parsed, Approval):
                 if result.decision == "approve":
-                    self.store.add_vote(card.card_id, voter.user_id, tapper.name, now)
-                self._decide(card, parsed, result, tapper, now)
+                    self._store.cards.add_vote(card.card_id, voter.user_id, tapper.name, now)
+                changes |= self._decide(card, parsed, result, tapper, now)
             elif isinstance(result, Answered):
-                self._answer(card, item.item_id, result.answer, tapper, now)
-        self._on_change()
-        return TapOutcome(result, card, self.store.item(card.agent_id, card.item_id))
+                changes |= self._answer(card, item.item_id, result.answer, tapper, now)
+        item = self._store.items.get(card.agent_id, card.item_id)
+        return TapReport(result, card, item, changes)
 
     def record_refused_tap(
         self, chat_id: int, tapper: Person, action: str, reason: Refusal
     ) -> None:
         """Audit a tap that reached no card (unknown, from another chat, outdated data)."""
-        self.store.audit("tap", at=self.now_ms(), chat_id=chat_id,
-                         user_id=tapper.telegram_user_id, user_name=tapper.name,
-                         action=action, allowed=False, refusal=reason.value)
+        self._store.audit.append("tap", at=self.now_ms(), chat_id=chat_id,
+                                 user_id=tapper.telegram_user_id, user_name=tapper.name,
+                                 action=action, allowed=False, refusal=reason.value)
 
     def _decide(
         self, card: CardRow, approval: Approval, result: Decided, person: Person, now: int
-    ) -> None:
+    ) -> Changes:
         payload = ApprovalDecision(
             decision_id=str(uuid.uuid4()),
             approval_id=approval.id,
@@ -371,26 +391,27 @@ class Bridge:
             decided_at=format_rfc3339(from_ms(now)),
             args_sha256=args_sha256(approval.arguments),
         )
-        envelope_id = self._send_to_agent(card.agent_id, payload)
-        self.store.add_decision(DecisionRow(
+        envelope_id, changes = self._send_to_agent(card.agent_id, payload)
+        self._store.items.add_decision(DecisionRow(
             payload.decision_id, card.agent_id, approval.id, card.chat_id, "approval",
             result.decision, result.reason, person.telegram_user_id or 0, person.name, now,
             envelope_id,
         ))
         state = "approved" if result.decision == "approve" else "denied"
-        self.store.close_item(card.agent_id, approval.id, state=state, by=person.name, at=now,
-                              chat_id=card.chat_id, reason=result.reason)
-        self.store.audit(
+        self._store.items.close(card.agent_id, approval.id, state=state, by=person.name,
+                                at=now, chat_id=card.chat_id, reason=result.reason)
+        self._store.audit.append(
             "decision_sent", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
             item_id=approval.id, user_id=person.telegram_user_id, user_name=person.name,
             decision=result.decision, reason=result.reason, decision_id=payload.decision_id,
             approvers=[{"user_id": v.user_id, "name": v.name, "at": v.at_ms}
                        for v in result.voters],
         )
+        return changes
 
     def _answer(
         self, card: CardRow, item_id: str, answer: str, person: Person, now: int
-    ) -> None:
+    ) -> Changes:
         payload = ClarificationAnswer(
             answer_id=str(uuid.uuid4()),
             clarification_id=item_id,
@@ -398,47 +419,149 @@ class Bridge:
             answered_by=person,
             answered_at=format_rfc3339(from_ms(now)),
         )
-        envelope_id = self._send_to_agent(card.agent_id, payload)
-        self.store.add_decision(DecisionRow(
+        envelope_id, changes = self._send_to_agent(card.agent_id, payload)
+        self._store.items.add_decision(DecisionRow(
             payload.answer_id, card.agent_id, item_id, card.chat_id, "clarification",
             "answer", answer, person.telegram_user_id or 0, person.name, now, envelope_id,
         ))
-        self.store.close_item(card.agent_id, item_id, state="answered", by=person.name,
-                              at=now, chat_id=card.chat_id, reason=answer)
-        self.store.audit(
+        self._store.items.close(card.agent_id, item_id, state="answered", by=person.name,
+                                at=now, chat_id=card.chat_id, reason=answer)
+        self._store.audit.append(
             "answer_sent", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
             item_id=item_id, user_id=person.telegram_user_id, user_name=person.name,
             answer_id=payload.answer_id,
         )
+        return changes
 
-    def _send_to_agent(self, agent_id: str, payload: Payload) -> str:
-        peer = self.store.peer(agent_id)
+    def _send_to_agent(self, agent_id: str, payload: Payload) -> tuple[str, Changes]:
+        """Queue ``payload`` for a paired agent: the envelope's id, and the relay to wake."""
+        peer = self._store.agents.peer(agent_id)
         if peer is None:
             raise PayloadError(f"agent {agent_id[:8]} is no longer paired")
-        return self._send(peer, payload)
+        return self._seal_to(peer, payload), Changes(relays=frozenset({peer.relay_url}))
 
-    def _send(self, peer: Peer, payload: Payload) -> str:
+    def _send(self, peer: Peer, payload: Payload) -> Changes:
+        self._seal_to(peer, payload)
+        return Changes(relays=frozenset({peer.relay_url}))
+
+    def _seal_to(self, peer: Peer, payload: Payload) -> str:
         now = self.now_ms()
         card = PublicCard.from_json(json.loads(peer.card_json))
         envelope = seal(encode_payload(payload), sender=self.identity, recipient=card, ts_ms=now)
-        self.store.outbox_add(peer.relay_url, envelope.to_json(), now)
-        self._on_outbox(peer.relay_url)
+        self._store.outbox.add(peer.relay_url, envelope.to_json(), now)
         return envelope.id
 
     # -- time -------------------------------------------------------------------------------
 
-    def expire_due(self) -> int:
+    def expire_due(self) -> Changes:
         """Close every open item whose ``expires_at`` has passed; nothing is sent for them."""
         now = self.now_ms()
-        expired = self.store.open_items_expired(now)
-        with self.store.transaction():
+        expired = self._store.items.expired(now)
+        with self._store.transaction():
             for item in expired:
-                self.store.close_item(item.agent_id, item.item_id, state="expired", by=None,
-                                      at=item.expires_at)
-                self.store.audit("expired", at=now, agent_id=item.agent_id, item_id=item.item_id)
-        if expired:
-            self._on_change()
-        return len(expired)
+                self._store.items.close(item.agent_id, item.item_id, state="expired", by=None,
+                                        at=item.expires_at)
+                self._store.audit.append("expired", at=now, agent_id=item.agent_id,
+                                         item_id=item.item_id)
+        return REDRAW if expired else NOTHING
+
+    def claim_reminder(self, card_id: int) -> None:
+        """Mark a card's reminder as sent before it goes out, so a failed send is not
+        repeated."""
+        self._store.cards.set_reminder(card_id, "sent")
+
+    def reminder_sent(self, card: CardRow, approvers: list[int]) -> None:
+        self._store.audit.append("reminder_sent", at=self.now_ms(), chat_id=card.chat_id,
+                                 agent_id=card.agent_id, item_id=card.item_id,
+                                 approvers=approvers)
+
+    def prune_replay(self) -> int:
+        """Forget applied envelopes older than the replay window's retention."""
+        return self._store.outbox.forget_before(self.now_ms() - RETENTION_MS)
+
+    # -- what Telegram reported -------------------------------------------------------------
+
+    def note_chat(self, chat_id: int, title: str, kind: ChatKind) -> None:
+        """A chat as an update showed it (its type is Telegram's ``chat.type``)."""
+        self._store.chats.note(chat_id, title, kind)
+
+    def note_user(self, user_id: int, name: str, username: str | None) -> None:
+        self._store.chats.note_user(user_id, name, username)
+
+    def chat_migrated(self, old_id: int, new_id: int, *, force: bool = False) -> Changes:
+        """A group became a supergroup: move its bindings, cards, prompts and settings to
+        the new id (once; the audit trail records it). Without ``force`` a chat the bot
+        holds nothing for is left alone."""
+        chats = self._store.chats
+        if not (force or self._store.agents.bindings_for_chat(old_id) or chats.title(old_id)):
+            return NOTHING
+        log.info("chat %s became supergroup %s; moving its bindings and cards", old_id, new_id)
+        with self._store.transaction():
+            first = old_id not in chats.former_ids(new_id)
+            chats.migrate(old_id, new_id)
+            if first:
+                self._store.audit.append("chat_migrated", at=self.now_ms(), chat_id=new_id,
+                                         old_chat_id=old_id)
+        return REDRAW
+
+    def chat_membership(self, chat_id: int, present: bool) -> Changes:
+        """The bot was added to a chat (again) or left or was removed from it."""
+        self._store.chats.set_forbidden(chat_id, not present)
+        return REDRAW if present else NOTHING
+
+    def chat_unavailable(self, chat_id: int) -> None:
+        """Telegram refuses posts in the chat: stop until the bot is added again."""
+        self._store.chats.set_forbidden(chat_id, True)
+
+    def admins_changed(self, chat_id: int) -> None:
+        """Forget a chat's cached administrators (someone gained or lost the role)."""
+        self._store.chats.forget_admins(chat_id)
+
+    def admins_fetched(self, chat_id: int, admins: dict[int, str]) -> None:
+        with self._store.transaction():
+            self._store.chats.set_admins(chat_id, admins, self.now_ms())
+            for user_id, name in admins.items():
+                self._store.chats.note_user(user_id, name, None)
+
+    def prompt_sent(self, chat_id: int, message_id: int, card_id: int, user_id: int) -> None:
+        """A deny-reason prompt (a ForceReply) for ``user_id`` went out for a card."""
+        self._store.cards.add_prompt(chat_id, message_id, card_id, user_id)
+
+    # -- cards as the card worker shows them ------------------------------------------------
+
+    def card_posted(self, card: CardRow, message_id: int) -> None:
+        now = self.now_ms()
+        with self._store.transaction():
+            self._store.cards.posted(card.card_id, message_id, now)
+            self._store.audit.append("card_posted", at=now, chat_id=card.chat_id,
+                                     agent_id=card.agent_id, item_id=card.item_id,
+                                     message_id=message_id)
+
+    def card_shown(self, card_id: int, generation: int) -> None:
+        """The card's message shows the state read at ``generation``."""
+        self._store.cards.clean(card_id, generation)
+
+    def card_message_gone(self, card_id: int) -> None:
+        """Someone deleted the card's message: post it again."""
+        self._store.cards.repost(card_id)
+
+    def card_topic_gone(self, card_id: int) -> None:
+        """The card's forum topic is gone: post it in the chat itself."""
+        self._store.cards.clear_topic(card_id)
+
+    def card_attachment_sent(self, card_id: int) -> None:
+        self._store.cards.attachment_sent(card_id)
+
+
+async def wait_until_paired(
+    bridge: Bridge, agent_id: str, changed: asyncio.Event, timeout: float = PAIRING_TIMEOUT_S
+) -> None:
+    """Return once the agent accepted the pairing; ``changed`` is set after each applied
+    change. Raises :class:`TimeoutError` after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not bridge.pairing_done(agent_id):
+            changed.clear()
+            await changed.wait()
 
 
 def new_token() -> str:

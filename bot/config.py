@@ -13,14 +13,16 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from bot.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bot.render.values import SecretsMode
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
 
-SecretsMode = Literal["spoiler", "masked"]
 Approvers = frozenset[int] | Literal["admins"]
 
 

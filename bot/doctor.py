@@ -1,4 +1,4 @@
-"""``skald-telegram doctor``: check a setup and say how to fix what is wrong.
+"""The checks of ``skald-telegram doctor``: check a setup and say how to fix what is wrong.
 
 Each check gives one :class:`Check`: the configuration, the token (``getMe``), each relay
 of the paired agents (connect and authenticate), the state folder's permissions, the key
@@ -7,12 +7,10 @@ file's mode and the SQLite schema version. The exit code is 0 only if every chec
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
 import stat
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +22,11 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, InvalidURI, WebSocketException
 
 from bot.config import Config, config_path, load_config
-from bot.errors import ConfigError, IdentityError, ProtocolError, StoreError
+from bot.errors import ConfigError, IdentityError, ProtocolError, RelayError, StoreError
 from bot.keyfile import load_identity
 from bot.protocol.identity import Identity
-from bot.protocol.relayauth import auth_frame
-from bot.relay.frames import MAX_FRAME_BYTES, Challenge, Error, Ready, auth_frame_text, parse_frame
+from bot.relay.client import authenticate
+from bot.relay.frames import MAX_FRAME_BYTES
 from bot.store import SCHEMA_VERSION, Store
 
 RELAY_TIMEOUT_S: Final = 5.0
@@ -146,8 +144,8 @@ def check_database(path: Path) -> tuple[Check, list[str]]:
         return Check(name, False, str(exc),
                      "upgrade skald-telegram, or restore the state folder from a backup"), []
     try:
-        version = store.schema_version()
-        relays = sorted({peer.relay_url for peer in store.peers()})
+        version = store.db.schema_version()
+        relays = sorted({peer.relay_url for peer in store.agents.peers()})
     finally:
         store.close()
     if version != SCHEMA_VERSION:
@@ -178,11 +176,9 @@ async def check_relay(url: str, identity: Identity | None = None) -> Check:
         async with asyncio.timeout(RELAY_TIMEOUT_S):
             async with connect(url, open_timeout=None, max_size=MAX_FRAME_BYTES,
                                compression=None) as ws:
-                challenge = parse_frame(await ws.recv())
-                if not isinstance(challenge, Challenge):
-                    return Check(name, False, "the relay did not start with a challenge", fix)
-                await ws.send(auth_frame_text(auth_frame(me, challenge.nonce)))
-                answer = parse_frame(await ws.recv())
+                await authenticate(ws, me)
+    except RelayError as exc:
+        return Check(name, False, str(exc), fix)
     except TimeoutError:
         return Check(name, False, f"no answer within {RELAY_TIMEOUT_S:g} s", fix)
     except InvalidStatus as exc:
@@ -191,10 +187,6 @@ async def check_relay(url: str, identity: Identity | None = None) -> Check:
         return Check(name, False, f"not a relay URL: {exc}", "pair the agent again")
     except (OSError, WebSocketException, ProtocolError) as exc:
         return Check(name, False, f"cannot connect: {exc or type(exc).__name__}", fix)
-    if isinstance(answer, Error):
-        return Check(name, False, f"the relay refused authentication ({answer.code})", fix)
-    if not isinstance(answer, Ready) or answer.id != me.id:
-        return Check(name, False, "the relay did not confirm the session", fix)
     return Check(name, True, "reachable; authentication works")
 
 
@@ -206,10 +198,3 @@ def format_checks(checks: Iterable[Check]) -> str:
         if not check.ok and check.fix:
             lines.append(f"    fix: {check.fix}")
     return "\n".join(lines) + "\n"
-
-
-def doctor_command(args: argparse.Namespace) -> int:
-    """``skald-telegram doctor``: 0 only if every check passes."""
-    checks = asyncio.run(diagnose(args.config))
-    sys.stdout.write(format_checks(checks))
-    return 0 if all(check.ok for check in checks) else 1

@@ -71,11 +71,11 @@ class RelayError(SkaldError):
     """The relay connection failed or the relay answered with an error."""
 
 
-class TelegramError(SkaldError):
+class BotApiError(SkaldError):
     """A Telegram Bot API call failed in a way the caller must handle."""
 
 
-class ChatMoved(TelegramError):
+class ChatMoved(BotApiError):
     """A group became a supergroup: its chat id changed to ``new_chat_id``."""
 
     def __init__(self, old_chat_id: int, new_chat_id: int) -> None:
@@ -84,7 +84,7 @@ class ChatMoved(TelegramError):
         self.new_chat_id = new_chat_id
 
 
-class ChatUnavailable(TelegramError):
+class ChatUnavailable(BotApiError):
     """The bot may not post in a chat any more (removed, blocked, or the chat is gone)."""
 
     def __init__(self, chat_id: int, detail: str) -> None:
@@ -92,7 +92,7 @@ class ChatUnavailable(TelegramError):
         self.chat_id = chat_id
 
 
-class Throttled(TelegramError):
+class Throttled(BotApiError):
     """Telegram asked to wait ``retry_after`` seconds before the next request."""
 
     def __init__(self, retry_after: float) -> None:
@@ -100,5 +100,5 @@ class Throttled(TelegramError):
         self.retry_after = retry_after
 
 
-class MessageGone(TelegramError):
+class MessageGone(BotApiError):
     """The message to edit no longer exists (deleted by someone)."""

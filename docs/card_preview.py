@@ -1,9 +1,10 @@
 """Regenerate the README picture of an approval card (docs/card.png).
 
 The card is the renderer's real output: a sample ``deploy`` approval goes through the same
-code the bot runs (:func:`bot.cards.card_status`, :func:`bot.cards.render_card`,
-:func:`bot.cards.keyboard`). Its Telegram HTML is turned into a page styled like a Telegram
-chat on a phone, which headless Chromium screenshots::
+code the bot runs (:func:`bot.core.status.card_status`,
+:func:`bot.core.status.render_card`, :func:`bot.tg.keyboards.keyboard`). Its Telegram HTML
+is turned into a page styled like a Telegram chat on a phone, which headless Chromium
+screenshots::
 
     python docs/card_preview.py                                   # docs/card.png
     python docs/card_preview.py --chat-type group --out docs/card-group.png
@@ -29,11 +30,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Literal
 
-from bot.cards import Keyboard, card_status, keyboard, render_card
+from bot.core.model import CardRow, ItemRow, Vote
+from bot.core.status import card_status, render_card
 from bot.errors import RenderError
 from bot.protocol.payloads import parse_approval
 from bot.render import Renderer
-from bot.store import CardRow, ItemRow, Vote
+from bot.tg.keyboards import Keyboard, keyboard
 
 ChatType = Literal["private", "group"]
 
@@ -127,7 +129,8 @@ def build_preview(body: dict[str, object], chat_type: ChatType) -> Preview:
     required = 2 if chat_type == "group" else 1
     voted = NOW - timedelta(minutes=1)
     votes = [Vote(7, "Alice", _ms(voted))] if chat_type == "group" else []
-    status = card_status(item, card, votes=votes, required=required, chat_title=GROUP_TITLE)
+    status = card_status(item, card, votes=votes, required=required, chat_title=GROUP_TITLE,
+                         outcome_private=chat_type == "private")
     rendered = render_card(
         Renderer(), item, status, agent_name=AGENT_NAME, secrets="spoiler", now=NOW
     )

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from telegram_stub import TelegramStub
 from world import ADA, BOB, TOKEN, World, bot_config, running_bot
 
 from bot.config import parse_config
+from bot.playground.stub import TelegramStub
 from bot.relay.server import RelayServer
+from bot.testing.clock import ShiftedClock
 from skald_telegram import AsyncAgentClient, HostUnavailable
 
 CLI = [sys.executable, "-m", "bot"]
@@ -150,7 +151,7 @@ async def host_world(tmp: Path, *host_args: str) -> AsyncIterator[HostWorld]:
         tg.add_user(BOB, "Bob", "Builder", username="bob")
         tg.add_private_chat(ADA)
         config = parse_config(bot_config(tmp, tg.api_url), base=tmp)
-        world = World(tg, relay, None, tmp, config)  # type: ignore[arg-type]
+        world = World(tg, relay, None, tmp, config, ShiftedClock())  # type: ignore[arg-type]
         host = Host(tmp / "agent", relay.url, *host_args)
         await host.start()
         try:

@@ -7,11 +7,11 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
+from conftest import eventually
 
-from bot.agent import Agent
+from bot.clock import Clock
 from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import open_envelope, seal
@@ -29,9 +29,10 @@ from bot.protocol.payloads import (
     UnknownPayload,
     encode_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
+from bot.testing.agent import Agent
+from bot.testing.replay import MemoryReplayGuard
 
 TIMEOUT = 10.0
 ADA = Person(name="Ada Lovelace", telegram_user_id=4242, username="ada")
@@ -62,12 +63,6 @@ CLARIFICATION: dict[str, object] = {
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 class Device:
@@ -127,12 +122,6 @@ class Device:
     async def close(self) -> None:
         await self.client.stop()
         await self._task
-
-
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
-    async with RelayServer(tmp_path / "relay") as server:
-        yield server
 
 
 @pytest.fixture
@@ -284,8 +273,13 @@ async def test_inbox_request_and_resolve(agent: Agent, device: Device) -> None:
 
 
 async def test_rev_is_strictly_increasing_from_the_clock(relay: RelayServer) -> None:
-    frozen = now_ms()
-    agent = Agent(Identity.generate("build-bot"), relay.url, clock_ms=lambda: frozen)
+    frozen = now_ms() // 1000 * 1000  # whole seconds: exact as float seconds
+
+    class Frozen(Clock):
+        def time(self) -> float:
+            return frozen / 1000
+
+    agent = Agent(Identity.generate("build-bot"), relay.url, clock=Frozen())
     assert agent.rev == frozen
     agent.submit_approval(APPROVAL)
     agent.submit_clarification(CLARIFICATION)

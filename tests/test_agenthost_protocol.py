@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from agenthost_world import Host, kill_children, run_cli
-from world import FAST_RELAY, eventually
+from conftest import eventually
+from world import FAST_RELAY
 
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import open_envelope, seal
@@ -28,9 +29,9 @@ from bot.protocol.payloads import (
     Person,
     encode_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
+from bot.testing.replay import MemoryReplayGuard
 
 ADA = Person(name="Ada Lovelace", telegram_user_id=4242, username="ada")
 

@@ -16,6 +16,7 @@ from world import (
     ADA,
     BOB,
     TOKEN,
+    World,
     approval,
     bot_config,
     button_data,
@@ -26,6 +27,7 @@ from world import (
 )
 
 from bot.cli import main as cli_main
+from bot.cli.pair import pair
 from bot.config import parse_config
 from bot.health import write_status
 from bot.protocol.encoding import args_sha256
@@ -141,7 +143,7 @@ async def test_stale_duplicate_and_forged_taps_send_nothing_twice(tmp_path: Path
         await asyncio.sleep(0)  # let any wrongly sent envelope reach the outbox
         await world.agent.wait_for(lambda a: a.unsent == 0)
         assert len(world.agent.decisions) == 1
-        rows = world.running.store.audit_rows(events=("tap",))
+        rows = world.running.store.audit.rows(events=("tap",))
         assert [(r.detail["allowed"], r.detail["refusal"]) for r in rows] == [
             (True, None), (False, "closed"), (False, "unknown_card"), (False, "outdated")]
         assert all(r.user_id == ADA for r in rows)
@@ -160,7 +162,8 @@ async def test_resolution_elsewhere_and_expiry(tmp_path: Path) -> None:
         card = await world.wait_card(ADA, "apr_else", lambda m: "iPhone of Ada" in m.text)
         assert card.buttons() == []
 
-        card = await world.wait_card(ADA, "apr_soon", lambda m: "Expired" in m.text, timeout=15)
+        world.clock.advance(timedelta(seconds=2))
+        card = await world.wait_card(ADA, "apr_soon", lambda m: "Expired" in m.text)
         assert card.buttons() == []
         assert world.agent.decisions == []
 
@@ -186,11 +189,11 @@ async def test_relay_restart_loses_no_decision(tmp_path: Path) -> None:
         await world.relay.close()
         world.tap(ADA, card, ADA, "Approve")
         await world.wait_card(ADA, "apr_relay", lambda m: "Approved by" in m.text)
-        assert world.running.store.outbox_depth() == 1
+        assert world.running.store.outbox.depth() == 1
         async with RelayServer(tmp_path / "relay", port=port):
             await world.agent.wait_for(lambda a: len(a.decisions) == 1, timeout=20)
             assert world.agent.decisions[0].approval_id == "apr_relay"
-        assert world.running.store.outbox_depth() == 0
+        assert world.running.store.outbox.depth() == 0
 
 
 async def test_rate_limit_storm_and_parse_error_lose_no_card(tmp_path: Path) -> None:
@@ -212,6 +215,20 @@ async def test_rate_limit_storm_and_parse_error_lose_no_card(tmp_path: Path) -> 
         assert "<b>" not in plain[0].params["text"]
 
 
+async def test_chat_migration_is_recorded_once_in_the_audit_trail(tmp_path: Path) -> None:
+    old, new = -4002, -1004002
+    async with make_world(tmp_path) as world, running_bot(world):
+        world.tg.add_group(old, "Ops", admins=[ADA], members=[BOB], supergroup=False)
+        await world.pair(old)
+        world.tg.migrate_group(old, new)  # a service message in the old chat and the new
+        world.tg.send_text(new, ADA, "/help")  # handled after both
+        await world.tg.wait_for(lambda tg: len(tg.bot_messages(new)) == 1)
+        audit = world.running.store.audit
+        rows = audit.rows(events=("chat_migrated",))
+        assert [(r.chat_id, r.detail) for r in rows] == [(new, {"old_chat_id": old})]
+        assert [r.chat_id for r in audit.rows(chat_id=new, events=("paired",))] == [old]
+
+
 async def test_chat_migration_moves_cards_and_keeps_the_chat_settings(tmp_path: Path) -> None:
     old, new = -4001, -1004001
     async with make_world(tmp_path) as world:
@@ -223,7 +240,8 @@ async def test_chat_migration_moves_cards_and_keeps_the_chat_settings(tmp_path: 
             world.agent.submit_approval(approval("apr_before"))
             await world.wait_card(old, "apr_before")
             world.tg.migrate_group(old, new)
-            await world.tg.wait_for(lambda tg: world.running.store.bindings_for_chat(new) != [])
+            agents = world.running.store.agents
+            await world.tg.wait_for(lambda tg: agents.bindings_for_chat(new) != [])
             world.agent.submit_approval(approval("apr_after"))
             card = await world.wait_card(new, "apr_after")
             refused = world.tap(new, card, ADA, "Approve")
@@ -238,7 +256,7 @@ async def test_blocked_chat_stops_sending(tmp_path: Path) -> None:
         await world.pair(ADA)
         world.tg.block_bot(ADA)
         world.agent.submit_approval(approval("apr_blocked"))
-        await world.tg.wait_for(lambda tg: world.running.store.chat_forbidden(ADA))
+        await world.tg.wait_for(lambda tg: world.running.store.chats.forbidden(ADA))
         sends = len(world.tg.calls("sendMessage"))
         world.agent.submit_approval(approval("apr_blocked_2"))
         await world.agent.wait_for(lambda a: a.unsent == 0)
@@ -266,20 +284,27 @@ async def test_commands_start_pending_status(tmp_path: Path) -> None:
                                                for m in tg.bot_messages(ADA)))
 
 
+def _config_file(world: World) -> Path:
+    """The world's bot configuration as a file, for the command line."""
+    config_file = world.tmp / "skald-telegram.toml"
+    config_file.write_text(
+        f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
+        f'[state]\ndir = "{world.tmp / "state"}"\n'
+    )
+    return config_file
+
+
 async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
-        config_file = tmp_path / "skald-telegram.toml"
-        config_file.write_text(
-            f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
-            f'[state]\ndir = "{tmp_path / "state"}"\n'
-        )
+        config_file = _config_file(world)
         uri = world.agent.new_pairing_uri()
         code = await asyncio.to_thread(
             cli_main, ["pair", "--config", str(config_file), "--chat", str(ADA), uri])
         assert code == 0
         assert len(world.agent.peers) == 1
         store = Store.open(tmp_path / "state" / "skald-telegram.sqlite3")
-        assert [b.chat_id for b in store.bindings_for_agent(world.agent.identity.id)] == [ADA]
+        bindings = store.agents.bindings_for_agent(world.agent.identity.id)
+        assert [b.chat_id for b in bindings] == [ADA]
         store.close()
 
         bad = await asyncio.to_thread(
@@ -293,10 +318,24 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
         (tmp_path / "state" / "status.json").unlink()
         nobody = Identity.generate("nobody")
         unanswered = format_pairing_uri("ws://127.0.0.1:9/v1/connect", nobody.card, bytes(16))
-        code = await asyncio.to_thread(cli_main, [
-            "pair", "--config", str(config_file), "--chat", str(ADA), "--timeout", "1",
-            unanswered])
+        code = await asyncio.to_thread(pair, str(config_file), unanswered, ADA, timeout=1)
         assert code == 1
+
+
+async def test_a_chat_bound_from_the_command_line_gets_its_type_from_telegram(
+    tmp_path: Path,
+) -> None:
+    async with make_world(tmp_path) as world:
+        uri = world.agent.new_pairing_uri()
+        assert await asyncio.to_thread(pair, str(_config_file(world)), uri, ADA) == 0
+        async with running_bot(world):
+            world.agent.submit_approval(approval("apr_cli"))
+            card = await world.wait_card(ADA, "apr_cli")
+            assert [int(c.params["chat_id"]) for c in world.tg.calls("getChat")] == [ADA]
+            world.tap(ADA, card, ADA, "Approve")  # a private chat: its own user approves
+            await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+            await world.wait_card(ADA, "apr_cli", lambda m: "Approved" in m.text)
+            assert len(world.tg.calls("getChat")) == 1
 
 
 @pytest.mark.parametrize("mode", ["jsonl", "csv"])

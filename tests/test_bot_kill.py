@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from world import ADA, TOKEN, World, approval, eventually, make_world
+from conftest import eventually
+from world import ADA, TOKEN, World, approval, make_world
 
 from bot.protocol.payloads import ApprovalDecision
 

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.cards import Callback, callback_data, parse_callback_data
 from bot.config import parse_config
-from bot.errors import ConfigError, StoreError
-from bot.inbox import plan_update, remind_at
-from bot.policy import (
+from bot.core.inbox import plan_update, remind_at
+from bot.core.policy import (
     ANONYMOUS_ADMIN_ID,
     SERVICE_CHAT_ID,
     Action,
@@ -26,8 +24,10 @@ from bot.policy import (
     Voter,
     evaluate_tap,
 )
+from bot.errors import ConfigError, StoreError
 from bot.protocol.payloads import Approval, InboxUpdate, ResolvedItem
 from bot.store import Store
+from bot.tg.keyboards import ButtonPress, callback_data, parse_callback_data
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -115,8 +115,8 @@ def test_observers_service_ids_closed_expired_and_unbound_are_refused() -> None:
 
 def test_callback_data_round_trip_and_refusals() -> None:
     data = callback_data("tok3n", Action.ANSWER, 7)
-    assert parse_callback_data(data) == Callback("tok3n", Action.ANSWER, 7)
-    assert parse_callback_data(callback_data("tok3n", Action.APPROVE)) == Callback(
+    assert parse_callback_data(data) == ButtonPress("tok3n", Action.ANSWER, 7)
+    assert parse_callback_data(callback_data("tok3n", Action.APPROVE)) == ButtonPress(
         "tok3n", Action.APPROVE)
     for bad in (None, "", "approve:apr_1", "2:tok:a", "1:tok:z", "1:tok:a:1", "1:tok:o",
                 "1::a", "1:tok:o:x", "1:" + "x" * 70 + ":a"):
@@ -149,14 +149,14 @@ def test_config_defaults_and_errors(tmp_path: Path) -> None:
 
 def test_audit_trail_is_append_only(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "db.sqlite3")
-    store.audit("tap", at=1, chat_id=5, user_id=7, allowed=False)
+    store.audit.append("tap", at=1, chat_id=5, user_id=7, allowed=False)
     with pytest.raises(StoreError, match="append-only"):
-        store._run("UPDATE audit SET event = 'x'")
+        store.db.run("UPDATE audit SET event = 'x'")
     with pytest.raises(StoreError, match="append-only"):
-        store._run("DELETE FROM audit")
+        store.db.run("DELETE FROM audit")
     store.close()
     reopened = Store.open(tmp_path / "db.sqlite3")
-    assert [(r.event, r.detail) for r in reopened.audit_rows()] == [("tap", {"allowed": False})]
+    assert [(r.event, r.detail) for r in reopened.audit.rows()] == [("tap", {"allowed": False})]
     reopened.close()
     raw = sqlite3.connect(tmp_path / "db.sqlite3")
     raw.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from conftest import eventually
 from world import (
     ADA,
     BOB,
@@ -17,14 +18,13 @@ from world import (
     approval,
     bot_config,
     button_data,
-    eventually,
     iso,
     make_world,
     running_bot,
 )
 
 from bot.config import parse_config
-from bot.policy import ANONYMOUS_ADMIN_ID
+from bot.core.policy import ANONYMOUS_ADMIN_ID
 
 SECRET = "sk-live-51H8xQ2eZvKYlo2C"
 
@@ -51,7 +51,7 @@ async def test_observer_tap_is_refused_named_and_recorded(tmp_path: Path) -> Non
             world.tg.add_user(ANONYMOUS_ADMIN_ID, "Group", username="GroupAnonymousBot")
             anonymous = world.tap(OPS_GROUP, card, ANONYMOUS_ADMIN_ID, "Approve")
             assert (await world.answer_of(anonymous))["show_alert"] is True
-            taps = world.running.store.audit_rows(events=("tap",))
+            taps = world.running.store.audit.rows(events=("tap",))
             assert [(t.user_id, t.detail["allowed"], t.detail["refusal"]) for t in taps] == [
                 (DAVE, False, "not_approver"), (ANONYMOUS_ADMIN_ID, False, "not_approver")]
             assert world.agent.decisions == []
@@ -85,7 +85,7 @@ async def test_two_of_three_quorum_with_double_tap_and_withdraw(tmp_path: Path) 
             decision = world.agent.decisions[0]
             assert decision.decision == "approve"
             assert decision.decided_by.telegram_user_id == CAROL
-            sent = world.running.store.audit_rows(events=("decision_sent",))
+            sent = world.running.store.audit.rows(events=("decision_sent",))
             assert [a["user_id"] for a in sent[0].detail["approvers"]] == [BOB, CAROL]
             card = await world.wait_card(OPS_GROUP, "apr_q", lambda m: "Approved" in m.text)
             assert "Bob" in card.text and "Carol" in card.text
@@ -195,13 +195,13 @@ async def test_history_and_audit_trail(tmp_path: Path) -> None:
             assert "denied by Bob Builder" in history.text
             assert "approved by Ada Lovelace" in history.text
             store = world.running.store
-            events = [r.event for r in store.audit_rows(chat_id=OPS_GROUP)]
+            events = [r.event for r in store.audit.rows(chat_id=OPS_GROUP)]
             assert events.count("card_posted") == 3
             assert events.count("tap") == 3
             assert events.count("decision_sent") == 3
-            await eventually(lambda: [r.event for r in store.audit_rows(
+            await eventually(lambda: [r.event for r in store.audit.rows(
                 chat_id=OPS_GROUP)].count("decision_acknowledged") == 3)
-            rows = store.audit_rows(chat_id=OPS_GROUP, events=("decision_sent",))
+            rows = store.audit.rows(chat_id=OPS_GROUP, events=("decision_sent",))
             assert [json.loads(json.dumps(r.detail))["decision"] for r in rows] == [
                 "approve", "deny", "approve"]
 
@@ -214,11 +214,12 @@ async def test_reminder_mentions_approvers_who_have_not_tapped(tmp_path: Path) -
             world.tg.send_text(OPS_GROUP, BOB, "/help")  # the bot learns Bob's name
             await world.pair(OPS_GROUP)
             world.agent.submit_approval(approval(
-                "apr_remind", created_at=iso(), expires_at=iso(timedelta(seconds=4))))
+                "apr_remind", created_at=iso(), expires_at=iso(timedelta(seconds=60))))
             card = await world.wait_card(OPS_GROUP, "apr_remind")
-            world.tap(OPS_GROUP, card, ADA, "Approve")
+            await world.answer_of(world.tap(OPS_GROUP, card, ADA, "Approve"))
+            world.clock.advance(timedelta(seconds=48.5))  # a reminder at 80 % of the time
             await world.tg.wait_for(lambda tg: any(
-                "Still waiting" in m.text for m in tg.bot_messages(OPS_GROUP)), timeout=15)
+                "Still waiting" in m.text for m in tg.bot_messages(OPS_GROUP)))
             reminder = next(m for m in world.tg.bot_messages(OPS_GROUP)
                             if "Still waiting" in m.text)
             assert reminder.reply_to == card.message_id
@@ -262,7 +263,8 @@ async def test_a_card_token_replayed_in_another_chat_decides_nothing(tmp_path: P
                                  forged=True)
             assert (await world.answer_of(query))["show_alert"] is True
             assert world.agent.decisions == []
-            assert world.running.store.item(world.agent.identity.id, "apr_leak").state == "open"
+            items = world.running.store.items
+            assert items.get(world.agent.identity.id, "apr_leak").state == "open"
 
 
 async def test_unpair_closes_the_chat_to_decisions(tmp_path: Path) -> None:

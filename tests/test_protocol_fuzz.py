@@ -23,8 +23,8 @@ from bot.protocol.payloads import (
     parse_payload,
     raw_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.render import Renderer
+from bot.testing.replay import MemoryReplayGuard
 
 AGENT = Identity.from_seeds(b"\x01" * 32, b"\x02" * 32, "agent")
 DEVICE = Identity.from_seeds(b"\x03" * 32, b"\x04" * 32, "device")

@@ -10,13 +10,15 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 from websockets.asyncio.server import ServerConnection, serve
 
 from bot.bridge import Bridge
+from bot.clock import SYSTEM_CLOCK
 from bot.config import Config
 from bot.errors import RelayError
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
@@ -34,13 +36,6 @@ from bot.relay.server import RelayServer
 from bot.store import Store
 
 TIMEOUT = 10.0
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    """Wait until ``predicate()`` holds, checking every few milliseconds."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 def envelope(sender: Identity, recipient: Identity, n: int = 0) -> dict[str, object]:
@@ -175,22 +170,6 @@ class RelayProcess:
         await self._drain
 
 
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
-    async with RelayServer(tmp_path / "relay") as server:
-        yield server
-
-
-@pytest.fixture
-def alice() -> Identity:
-    return Identity.generate("alice")
-
-
-@pytest.fixture
-def bob() -> Identity:
-    return Identity.generate("bob")
-
-
 async def test_delivery_both_ways(relay: RelayServer, alice: Identity, bob: Identity) -> None:
     a, b = Peer(relay.url, alice), Peer(relay.url, bob)
     a.start()
@@ -230,14 +209,14 @@ async def test_the_durable_outbox_survives_a_restart(
     store = Store.open(tmp_path / "bot.sqlite3")
     written = [envelope(alice, bob, n) for n in range(3)]
     for n, env in enumerate(written):
-        store.outbox_add(relay.url, env, now_ms=n)
+        store.outbox.add(relay.url, env, now_ms=n)
     store.close()  # the process ends before anything reached the relay
     reopened = Store.open(tmp_path / "bot.sqlite3")
-    bridge = Bridge(identity=alice, store=reopened, config=Config(), clock=time.time)
+    bridge = Bridge(identity=alice, store=reopened, config=Config(), clock=SYSTEM_CLOCK)
     a, b = Peer(relay.url, alice, outbox=bridge), Peer(relay.url, bob)
     a.start()
     b.start()
-    await eventually(lambda: len(b.received) == 3 and reopened.outbox_depth() == 0)
+    await eventually(lambda: len(b.received) == 3 and reopened.outbox.depth() == 0)
     assert b.received == written
     await a.stop()
     await b.stop()

@@ -11,13 +11,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from tg_html import checked_link, parse_html, problems, utf16_length
 
 from bot.cli import main
 from bot.errors import RenderError
+from bot.playground.tg_html import checked_link, parse_html, problems, utf16_length
 from bot.protocol.payloads import Approval, Block, Clarification, InboxUpdate, parse_inbox_update
 from bot.render import Attachment, CardStatus, RenderedCard, Renderer, SecretsMode, Tap
-from bot.render.environment import build_environment
+from bot.render.environment import build_environment, builtin_template_dir
 from bot.render.markdown import http_link, markdown_to_html
 from bot.render.masking import Masker
 
@@ -692,8 +692,19 @@ def test_text_messages_are_plain_and_alert_sized(tmp_path: Path) -> None:
 def test_built_in_messages_compile_with_the_card_environment() -> None:
     environment = build_environment()
     folder = Path(__file__).parent.parent / "templates" / "messages"
-    for path in folder.glob("*.j2"):
-        environment.get_template("messages/" + path.name)
+    names = sorted(path.name for path in folder.glob("*.j2"))
+    assert len(names) >= 20, names
+    for name in names:
+        environment.get_template("messages/" + name)
+
+
+def test_the_package_ships_the_top_level_templates() -> None:
+    top = Path(__file__).parent.parent / "templates"
+    shipped = builtin_template_dir()
+    assert shipped.is_dir()
+    expected = sorted(p.relative_to(top).as_posix() for p in top.rglob("*.j2"))
+    assert expected and sorted(
+        p.relative_to(shipped).as_posix() for p in shipped.rglob("*.j2")) == expected
 
 
 def test_message_errors_are_render_errors(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ from bot.protocol.payloads import (
     parse_payload,
 )
 from bot.protocol.relayauth import auth_frame, verify_auth_frame
-from bot.protocol.replay import MAX_AGE_MS, RETENTION_MS, MemoryReplayGuard
+from bot.protocol.replay import MAX_AGE_MS, RETENTION_MS
+from bot.testing.replay import MemoryReplayGuard
 
 VECTORS: dict[str, Any] = json.loads(
     (Path(__file__).parent / "data" / "vectors.json").read_text(encoding="utf-8")

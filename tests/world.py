@@ -3,7 +3,6 @@ local Telegram Bot API stand-in, all on loopback in the test's event loop."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -11,25 +10,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from telegram_stub import StoredMessage, TelegramStub
-
-from bot.agent import Agent
 from bot.app import Bot, Running
 from bot.config import Config, parse_config
+from bot.playground.stub import StoredMessage, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.server import RelayServer
+from bot.testing.agent import Agent
+from bot.testing.clock import ShiftedClock
 
 TOKEN = "123456:TEST-token"
 ADA, BOB, CAROL, DAVE = 4242, 4343, 4444, 4545
 OPS_GROUP = -1001234567890
 FAST_RELAY = {"backoff_initial": 0.05, "backoff_max": 0.5}
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait for a condition that no event announces (the bot's own database)."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 def iso(delta: timedelta = timedelta()) -> str:
@@ -79,6 +71,8 @@ class World:
     agent: Agent
     tmp: Path
     config: Config
+    clock: ShiftedClock
+    """The bot's clock: tests move it forward instead of waiting."""
     bot: Running | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -163,7 +157,7 @@ async def make_world(tmp: Path, **telegram: Any) -> AsyncIterator[World]:
         agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
         await agent.start()
         config = parse_config(bot_config(tmp, tg.api_url, **telegram), base=tmp)
-        world = World(tg, relay, agent, tmp, config)
+        world = World(tg, relay, agent, tmp, config, ShiftedClock())
         try:
             yield world
         finally:
@@ -172,7 +166,8 @@ async def make_world(tmp: Path, **telegram: Any) -> AsyncIterator[World]:
 
 @contextlib.asynccontextmanager
 async def running_bot(world: World, config: Config | None = None) -> AsyncIterator[Running]:
-    async with Bot(config or world.config, relay_options=FAST_RELAY) as running:
+    async with Bot(config or world.config, clock=world.clock,
+                   relay_options=FAST_RELAY) as running:
         world.bot = running
         try:
             yield running

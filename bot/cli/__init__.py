@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -67,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Opt in to PTB's future behaviour (RetryAfter.retry_after as a timedelta) so that
+    # reading it warns neither in the gateway nor in PTB's rate limiter.
+    os.environ.setdefault("PTB_TIMEDELTA", "1")
     # httpx logs every request URL, and Bot API URLs contain the bot token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)

@@ -16,6 +16,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bot.doctor import doctor_command
+    """0 only if every check passes."""
+    import asyncio
+    import sys
 
-    return doctor_command(args)
+    from bot.doctor import diagnose, format_checks
+
+    checks = asyncio.run(diagnose(args.config))
+    sys.stdout.write(format_checks(checks))
+    return 0 if all(check.ok for check in checks) else 1

@@ -16,6 +16,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bot import commands
+    from bot.config import load_config
+    from bot.health import check_status
 
-    return commands.health_command(args)
+    config = load_config(args.config, require_token=False)
+    healthy, detail = check_status(config.status_path)
+    print(detail)
+    return 0 if healthy else 1

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from bot.cli import add_config_option
+
+if TYPE_CHECKING:
+    from bot.config import Config
 
 
 def register(sub: Any) -> None:
@@ -13,12 +17,72 @@ def register(sub: Any) -> None:
         "pair", help="pair with an agent and bind it to a chat")
     add_config_option(parser)
     parser.add_argument("--chat", type=int, required=True, help="Telegram chat id to bind to")
-    parser.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
     parser.add_argument("uri", help="the agent's pairing link: 'skald-pair:v1?…'")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from bot import commands
+    return pair(args.config, args.uri, args.chat)
 
-    return commands.pair_command(args)
+
+def pair(config_argument: str | None, uri_text: str, chat_id: int,
+         timeout: float | None = None) -> int:
+    """Pair through the agent's relay and bind the agent to ``chat_id``; the exit code.
+    ``timeout`` defaults to :data:`bot.bridge.PAIRING_TIMEOUT_S`."""
+    import asyncio
+
+    from bot.bridge import PAIRING_TIMEOUT_S
+    from bot.config import load_config
+    from bot.errors import SkaldError
+    from bot.health import check_status
+    from bot.protocol.pairing import parse_pairing_uri
+
+    config = load_config(config_argument, require_token=False)
+    try:
+        parse_pairing_uri(uri_text)
+    except SkaldError as exc:
+        print(f"skald-telegram: bad pairing link: {exc}", file=sys.stderr)
+        return 1
+    running, _detail = check_status(config.status_path)
+    if running:
+        # Both would hold a session with the relay under the same device id, and the
+        # relay keeps only one: they would take turns kicking each other off.
+        print("skald-telegram: the bot is running with this state folder; send "
+              "/pair <link> in the chat instead, or stop the bot first", file=sys.stderr)
+        return 1
+    return asyncio.run(_pair(config, uri_text, chat_id, timeout or PAIRING_TIMEOUT_S))
+
+
+async def _pair(config: Config, uri_text: str, chat_id: int, timeout: float) -> int:
+    import asyncio
+
+    from bot.bridge import Bridge, wait_until_paired
+    from bot.cli.identity import device_identity
+    from bot.clock import SYSTEM_CLOCK
+    from bot.protocol.pairing import parse_pairing_uri
+    from bot.relay_pool import RelayPool
+    from bot.store import Store
+
+    uri = parse_pairing_uri(uri_text)
+    store = Store.open(config.database_path)
+    changed = asyncio.Event()
+    bridge = Bridge(identity=device_identity(config), store=store, config=config,
+                    clock=SYSTEM_CLOCK)
+    pool = RelayPool(bridge, after=lambda _changes: changed.set())
+    try:
+        pool.apply(bridge.start_pairing(uri, chat_id=chat_id, topic_id=None, requested_by=None))
+        print(f"Pairing with {uri.agent.name} ({uri.agent.id[:8]}) through {uri.relay}: "
+              f"waiting up to {timeout:g} s for the agent to accept…", file=sys.stderr)
+        try:
+            await wait_until_paired(bridge, uri.agent.id, changed, timeout)
+        except TimeoutError:
+            connected = any(s.connected for s in pool.statuses())
+            hint = "the agent did not answer" if connected else "could not reach the relay"
+            print(f"skald-telegram: pairing timed out after {timeout:g} s ({hint})",
+                  file=sys.stderr)
+            return 1
+        print(f"Paired with {uri.agent.name}; its requests will go to chat {chat_id}.")
+        return 0
+    finally:
+        await pool.stop()
+        store.close()

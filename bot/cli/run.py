@@ -16,6 +16,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bot import commands
+    import asyncio
 
-    return commands.run_command(args)
+    from bot.app import run_until_signalled
+    from bot.config import load_config
+
+    asyncio.run(run_until_signalled(load_config(args.config)))
+    return 0

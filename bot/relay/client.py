@@ -254,7 +254,7 @@ class RelayClient:
                     max_size=MAX_FRAME_BYTES,
                     compression=None,  # ciphertext: deflate costs CPU and saves little
                 )
-                await self._authenticate(ws)
+                await authenticate(ws, self._identity)
             return await self._serve(ws)
         except TimeoutError:
             self._last_error = "timed out waiting for the relay"
@@ -267,17 +267,6 @@ class RelayClient:
             if ws is not None:
                 await ws.close()
         return False
-
-    async def _authenticate(self, ws: ClientConnection) -> None:
-        challenge = parse_frame(await ws.recv())
-        if not isinstance(challenge, Challenge):
-            raise RelayError("the relay did not start with a challenge")
-        await ws.send(auth_frame_text(auth_frame(self._identity, challenge.nonce)))
-        answer = parse_frame(await ws.recv())
-        if isinstance(answer, Error):
-            raise RelayError(f"the relay refused authentication ({answer.code})")
-        if not isinstance(answer, Ready) or answer.id != self._identity.id:
-            raise RelayError("the relay did not confirm this session")
 
     async def _serve(self, ws: ClientConnection) -> bool:
         """Read, handle deliveries and send, each in its own task, until one of them ends;
@@ -480,6 +469,20 @@ class RelayClient:
         if self._connected or self._since is None:
             self._since = datetime.now(UTC)
         self._connected = False
+
+
+async def authenticate(ws: ClientConnection, identity: Identity) -> None:
+    """The relay handshake on a fresh connection: the relay's challenge, our signed
+    ``auth``, its ``ready`` for our id. Raises :class:`RelayError` saying what went wrong."""
+    challenge = parse_frame(await ws.recv())
+    if not isinstance(challenge, Challenge):
+        raise RelayError("the relay did not start with a challenge")
+    await ws.send(auth_frame_text(auth_frame(identity, challenge.nonce)))
+    answer = parse_frame(await ws.recv())
+    if isinstance(answer, Error):
+        raise RelayError(f"the relay refused authentication ({answer.code})")
+    if not isinstance(answer, Ready) or answer.id != identity.id:
+        raise RelayError("the relay did not confirm this session")
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> list[Exception]:

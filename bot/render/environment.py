@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, date, datetime
+from importlib import resources
 from pathlib import Path
 
 import jinja2
 from jinja2.nodes import EvalContext
 from markupsafe import Markup
 
-import bot
 from bot.errors import RenderError
 from bot.render.markdown import escape, markdown_to_html
 from bot.render.masking import NO_SECRETS, Masker
@@ -26,14 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def builtin_template_dir() -> Path:
-    """The built-in templates: inside the package when installed from a wheel (pyproject
-    force-includes ``templates/`` as ``bot/templates/``), else the source checkout's
-    ``templates/`` next to the ``bot`` package."""
-    package = Path(bot.__file__).resolve().parent
-    for candidate in (package / "templates", package.parent / "templates"):
-        if candidate.is_dir():
-            return candidate
-    raise RenderError(f"built-in templates not found next to {package}")
+    """The built-in templates, package data of ``bot`` (``bot/templates``: in a source
+    checkout a link to the top-level ``templates/`` folder, in a wheel a copy of it)."""
+    folder = resources.files("bot").joinpath("templates")
+    if not folder.is_dir():
+        raise RenderError(f"the built-in templates are missing from the package ({folder})")
+    return Path(str(folder))
 
 
 def build_environment(template_dir: Path | None = None) -> jinja2.Environment:

@@ -1,7 +1,3 @@
-"""The Telegram side: python-telegram-bot handlers, the card worker and the API gateway."""
-
-import os
-
-# Opt in to PTB's future behaviour (RetryAfter.retry_after as a timedelta) so that reading
-# it warns neither here nor in PTB's rate limiter; the gateway accepts both forms.
-os.environ.setdefault("PTB_TIMEDELTA", "1")
+"""The Telegram side: python-telegram-bot handlers, the card worker, the timers and the
+Bot API gateway. It reads the bot's state through a read-only view and changes it only
+through :class:`bot.bridge.Bridge`."""

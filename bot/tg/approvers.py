@@ -4,30 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from telegram import Bot
 from telegram import error as tg_error
 
+from bot.bridge import Bridge
 from bot.config import ChatPolicy
-from bot.store import Store
 
 log = logging.getLogger(__name__)
 
 ADMIN_CACHE_MS = 10 * 60 * 1000
 
 
-class Approvers:
+class ApproverLookup:
     """Resolves a chat's approvers; ``"admins"`` reads ``getChatAdministrators`` at most
     every ten minutes, and at once after an administrator change was seen."""
 
-    def __init__(self, *, bot: Bot, store: Store, policy: Callable[[int], ChatPolicy],
-                 now_ms: Callable[[], int]) -> None:
+    def __init__(self, *, bot: Bot, bridge: Bridge) -> None:
         self._bot = bot
-        self._store = store
-        self.policy = policy
-        self._now_ms = now_ms
+        self._bridge = bridge
+        self._chats = bridge.view.chats
         self._refreshing: set[int] = set()
+
+    def policy(self, chat_id: int) -> ChatPolicy:
+        return self._bridge.policy(chat_id)
 
     async def of(self, chat_id: int, *, wait: bool = True) -> frozenset[int]:
         """The chat's approvers. With ``wait=False`` (a button tap, which Telegram wants
@@ -36,8 +36,8 @@ class Approvers:
         approvers = self.policy(chat_id).approvers
         if approvers != "admins":
             return approvers
-        admins, fetched = self._store.chat_admins(chat_id)
-        if fetched is not None and self._now_ms() - fetched <= ADMIN_CACHE_MS:
+        admins, fetched = self._chats.admins(chat_id)
+        if fetched is not None and self._bridge.now_ms() - fetched <= ADMIN_CACHE_MS:
             return frozenset(admins)
         if fetched is not None and not wait:
             if chat_id not in self._refreshing:
@@ -50,19 +50,16 @@ class Approvers:
     def cached_names(self, chat_id: int) -> list[str]:
         """The approvers' names as known now, without asking Telegram."""
         approvers = self.policy(chat_id).approvers
-        ids = self._store.chat_admins(chat_id)[0].keys() if approvers == "admins" else approvers
-        return sorted(self._store.user_name(uid) or str(uid) for uid in ids)
+        ids = self._chats.admins(chat_id)[0].keys() if approvers == "admins" else approvers
+        return sorted(self._chats.user_name(uid) or str(uid) for uid in ids)
 
     async def _fetch(self, chat_id: int, cached: dict[int, str]) -> frozenset[int]:
-        now = self._now_ms()
         try:
             members = await self._bot.get_chat_administrators(chat_id)
         except tg_error.TelegramError as exc:
             log.warning("could not read the administrators of chat %s: %s", chat_id, exc)
             return frozenset(cached)
         fresh = {m.user.id: m.user.full_name for m in members if not m.user.is_bot}
-        self._store.set_chat_admins(chat_id, fresh, now)
-        for user_id, name in fresh.items():
-            self._store.note_user(user_id, name, None)
+        self._bridge.admins_fetched(chat_id, fresh)
         return frozenset(fresh)
 

@@ -2,7 +2,7 @@
 
 ``telegram.error.*`` becomes our own errors (:class:`bot.errors.ChatMoved`,
 :class:`~bot.errors.ChatUnavailable`, :class:`~bot.errors.Throttled`,
-:class:`~bot.errors.MessageGone`, :class:`~bot.errors.TelegramError`). Two Telegram answers
+:class:`~bot.errors.MessageGone`, :class:`~bot.errors.BotApiError`). Two Telegram answers
 are handled here for every caller: "message is not modified" is success, and "can't parse
 entities" is retried once as plain text so no card is ever lost to a markup problem.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from telegram import (
     Bot,
@@ -26,8 +26,9 @@ from telegram import (
 from telegram import error as tg_error
 from telegram.constants import ParseMode
 
-from bot.cards import Keyboard
-from bot.errors import ChatMoved, ChatUnavailable, MessageGone, TelegramError, Throttled
+from bot.core.model import ChatKind
+from bot.errors import BotApiError, ChatMoved, ChatUnavailable, MessageGone, Throttled
+from bot.tg.keyboards import Keyboard
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ class Gateway:
 
     def __init__(self, bot: Bot) -> None:
         self.bot = bot
+
+    async def chat(self, chat_id: int) -> tuple[str, ChatKind]:
+        """The chat's title (a user's name for a private chat) and type (``getChat``)."""
+        chat = await self._call(chat_id, lambda: self.bot.get_chat(chat_id))
+        return chat.title or chat.full_name or "", cast(ChatKind, chat.type)
 
     async def send(
         self,
@@ -150,7 +156,7 @@ class Gateway:
     ) -> T:
         try:
             return await self._call(chat_id, lambda: attempt(html, ParseMode.HTML))
-        except TelegramError as exc:
+        except BotApiError as exc:
             if plain is None or "can't parse entities" not in str(exc).lower():
                 raise
             log.warning("Telegram refused a card's HTML in chat %s; sending it as plain text",
@@ -174,6 +180,6 @@ class Gateway:
                 raise MessageGone(exc.message) from exc
             if "chat not found" in text or "have no rights" in text or "not enough rights" in text:
                 raise ChatUnavailable(chat_id, exc.message) from exc
-            raise TelegramError(f"Telegram refused a request: {exc.message}") from exc
+            raise BotApiError(f"Telegram refused a request: {exc.message}") from exc
         except tg_error.TelegramError as exc:
-            raise TelegramError(f"Telegram request failed: {exc.message}") from exc
+            raise BotApiError(f"Telegram request failed: {exc.message}") from exc

@@ -1,7 +1,9 @@
 """python-telegram-bot handlers: taps, replies, commands and chat lifecycle events.
 
-Handlers translate Telegram updates into calls on the :class:`~bot.bridge.Bridge` and
-answer with texts rendered from ``templates/messages/``; they hold no policy of their own.
+Handlers translate Telegram updates into calls on the :class:`~bot.bridge.Bridge` (the only
+writer of the bot's state; they read it through its read-only view), hand what changed to
+``apply`` after the commit, and answer with texts rendered from ``templates/messages/``;
+they hold no policy of their own.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from telegram import CallbackQuery, Chat, Message, Update, User
 from telegram import error as tg_error
@@ -23,59 +25,59 @@ from telegram.ext import (
     filters,
 )
 
-from bot.bridge import Bridge, TapOutcome
-from bot.cards import parse_callback_data, parse_item
+from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, TapReport, wait_until_paired
 from bot.clock import from_ms, maybe_from_ms
 from bot.config import Config
-from bot.errors import PairingError, RenderError, SkaldError, TelegramError
-from bot.policy import Action, Answered, AskReason, Decided, Refusal, Refused, Tallied
+from bot.core.model import CardRow, ChatKind, ItemRow, parse_item
+from bot.core.policy import Action, Answered, AskReason, Decided, Refusal, Refused, Tallied
+from bot.errors import BotApiError, PairingError, RenderError, SkaldError
 from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
-from bot.store import CardRow, ItemRow, Store
-from bot.tg.approvers import Approvers
+from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
+from bot.tg.keyboards import parse_callback_data
 
 log = logging.getLogger(__name__)
 
-PAIRING_TIMEOUT_S = 30.0
 HISTORY_DEFAULT = 10
 HISTORY_MAX = 15
 PENDING_MAX = 20
 
-Callback = Callable[[Update, ContextTypes.DEFAULT_TYPE], Coroutine[Any, Any, None]]
+HandlerFn = Callable[[Update, ContextTypes.DEFAULT_TYPE], Coroutine[Any, Any, None]]
 
 
 class Handlers:
-    """Every handler of the bot, sharing the bridge, the store and the renderer."""
+    """Every handler of the bot, sharing the bridge, its view of the state and the
+    renderer."""
 
     def __init__(
         self,
         *,
         bridge: Bridge,
-        store: Store,
         renderer: Renderer,
         gateway: Gateway,
         config: Config,
-        ensure_relay: Callable[[str], None],
-        approvers: Approvers,
+        apply: Callable[[Changes], None],
+        changed: asyncio.Event,
+        approvers: ApproverLookup,
         relay_views: Callable[[], list[RelayStatus]],
         on_start: Callable[[Chat, User], Awaitable[None]] | None = None,
     ) -> None:
         self._bridge = bridge
-        self._store = store
+        self._view = bridge.view
         self._renderer = renderer
         self._gateway = gateway
         self._config = config
-        self._ensure_relay = ensure_relay
+        self._apply = apply
+        self._changed = changed
         self._approvers = approvers
         self._relay_views = relay_views
         self._on_start = on_start
-        self.pairing_changed = asyncio.Event()
 
     def register(self, application: Application) -> None:  # type: ignore[type-arg]
-        commands: list[tuple[str, Callback, bool]] = [
+        commands: list[tuple[str, HandlerFn, bool]] = [
             ("start", self.start, True),
             ("help", self.help, True),
             ("pending", self.pending, True),
@@ -101,7 +103,7 @@ class Handlers:
             ChatMemberHandler(self._guarded(self.membership), ChatMemberHandler.CHAT_MEMBER)
         )
 
-    def _guarded(self, callback: Callback) -> Callback:
+    def _guarded(self, callback: HandlerFn) -> HandlerFn:
         """Log our own errors as one line instead of a traceback; never crash the bot."""
 
         async def run(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -117,9 +119,9 @@ class Handlers:
         chat, user = update.effective_chat, update.effective_user
         if chat is not None:
             title = chat.title or chat.full_name or ""
-            self._store.note_chat(chat.id, title, chat.type)
+            self._bridge.note_chat(chat.id, title, cast(ChatKind, chat.type))
         if user is not None and not user.is_bot:
-            self._store.note_user(user.id, user.full_name, user.username)
+            self._bridge.note_user(user.id, user.full_name, user.username)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -136,7 +138,7 @@ class Handlers:
                 topic_id=message.message_thread_id if message.is_topic_message else None,
                 reply_to=message.message_id,
             )
-        except TelegramError as exc:
+        except BotApiError as exc:
             log.warning("could not reply in chat %s: %s", message.chat_id, exc)
 
     @staticmethod
@@ -163,7 +165,7 @@ class Handlers:
         chat = message.chat
         # Cached approvers only: the query must be answered within seconds.
         policy = self._approvers.policy(chat.id)
-        outcome = self._bridge.tap(
+        report = self._bridge.tap(
             parsed.token,
             parsed.action,
             chat_id=chat.id,
@@ -172,13 +174,14 @@ class Handlers:
             required=policy.required_approvals,
             option=parsed.option,
         )
-        alert, text = self._tap_answer(outcome, chat.id)
+        self._apply(report.changes)
+        alert, text = self._tap_answer(report, chat.id)
         await self._answer_query(query, text, alert=alert)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
-                 query.from_user.id, chat.id, outcome.card.item_id if outcome.card else "?",
-                 _result_name(outcome))
-        if isinstance(outcome.result, AskReason) and outcome.card is not None:
-            await self._ask_reason(chat, outcome.card, query.from_user)
+                 query.from_user.id, chat.id, report.card.item_id if report.card else "?",
+                 _result_name(report))
+        if isinstance(report.result, AskReason) and report.card is not None:
+            await self._ask_reason(chat, report.card, query.from_user)
 
     async def _answer_query(self, query: CallbackQuery, text: str, *, alert: bool) -> None:
         try:
@@ -186,11 +189,11 @@ class Handlers:
         except tg_error.TelegramError as exc:  # e.g. "query is too old": the tap still counts
             log.warning("could not answer a button tap: %s", exc)
 
-    def _tap_answer(self, outcome: TapOutcome, chat_id: int) -> tuple[bool, str]:
+    def _tap_answer(self, report: TapReport, chat_id: int) -> tuple[bool, str]:
         """(show as alert, text) telling the tapper what their tap did."""
-        result = outcome.result
+        result = report.result
         if isinstance(result, Refused):
-            item = outcome.item
+            item = report.item
             return True, self._renderer.text(
                 "alert_refused",
                 reason=result.reason.value,
@@ -216,10 +219,10 @@ class Handlers:
                 chat.id, html, topic_id=card.topic_id, reply_to=card.message_id,
                 force_reply=True, placeholder="Reason for denying",
             )
-        except TelegramError as exc:
+        except BotApiError as exc:
             log.warning("could not ask for a deny reason in chat %s: %s", chat.id, exc)
             return
-        self._store.add_prompt(chat.id, prompt_id, card.card_id, user.id)
+        self._bridge.prompt_sent(chat.id, prompt_id, card.card_id, user.id)
 
     async def reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.message
@@ -227,25 +230,25 @@ class Handlers:
             return
         text = (message.text or "").strip()
         target = message.reply_to_message.message_id
-        prompt = self._store.prompt(message.chat_id, target)
+        prompt = self._view.cards.prompt(message.chat_id, target)
         if prompt is not None:
             card_id, user_id = prompt
             if user_id != message.from_user.id:
                 return
-            card = self._store.card(card_id)
+            card = self._view.cards.get(card_id)
             action = Action.DENY_WITH_REASON
         else:
-            card = self._store.card_by_message(message.chat_id, target)
+            card = self._view.cards.by_message(message.chat_id, target)
             action = Action.ANSWER
             if card is None:
                 return
-            item = self._store.item(card.agent_id, card.item_id)
+            item = self._view.items.get(card.agent_id, card.item_id)
             if item is None or item.kind != "clarification":
                 return
         if card is None or not text:
             return
         policy = self._approvers.policy(message.chat_id)
-        outcome = self._bridge.tap(
+        report = self._bridge.tap(
             card.token,
             action,
             chat_id=message.chat_id,
@@ -254,8 +257,9 @@ class Handlers:
             required=policy.required_approvals,
             text=text,
         )
-        if isinstance(outcome.result, Refused):
-            _alert, refusal = self._tap_answer(outcome, message.chat_id)
+        self._apply(report.changes)
+        if isinstance(report.result, Refused):
+            _alert, refusal = self._tap_answer(report, message.chat_id)
             await self._reply(message, "refused", text=refusal)
 
     # -- commands ---------------------------------------------------------------------------
@@ -266,7 +270,8 @@ class Handlers:
             return
         if self._on_start is not None and user is not None:
             await self._on_start(chat, user)
-        agents = [self._store.peer(b.agent_id) for b in self._store.bindings_for_chat(chat.id)]
+        agents = [self._view.agents.peer(b.agent_id)
+                  for b in self._view.agents.bindings_for_chat(chat.id)]
         await self._reply(
             message, "start",
             device_id=self._bridge.identity.id,
@@ -282,10 +287,10 @@ class Handlers:
         message, chat = update.effective_message, update.effective_chat
         if message is None or chat is None:
             return
-        waiting = self._store.open_items_for_chat(chat.id)
+        waiting = self._view.items.open_in_chat(chat.id)
         entries = []
         for item, card in waiting[:PENDING_MAX]:
-            peer = self._store.peer(item.agent_id)
+            peer = self._view.agents.peer(item.agent_id)
             entries.append({
                 "summary": self._title(item),
                 "agent": peer.name if peer else item.agent_id[:8],
@@ -310,22 +315,16 @@ class Handlers:
             await self._reply(message, "pair_failed", error=str(exc))
             return
         topic = message.message_thread_id if message.is_topic_message else None
-        self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
-                                   requested_by=user.id if user else None)
-        self._ensure_relay(uri.relay)
+        self._apply(self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
+                                               requested_by=user.id if user else None))
         await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
         try:
-            await asyncio.wait_for(self._paired(uri.agent.id), PAIRING_TIMEOUT_S)
+            await wait_until_paired(self._bridge, uri.agent.id, self._changed)
         except TimeoutError:
-            await self._reply(message, "pair_failed",
-                              error="the agent did not answer within 30 seconds")
+            await self._reply(message, "pair_failed", error="the agent did not answer within "
+                                                            f"{PAIRING_TIMEOUT_S:g} seconds")
             return
         await self._reply(message, "pair_done", agent=uri.agent.name)
-
-    async def _paired(self, agent_id: str) -> None:
-        while not self._bridge.pairing_done(agent_id):
-            self.pairing_changed.clear()
-            await self.pairing_changed.wait()
 
     async def unpair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message, chat, user = update.effective_message, update.effective_chat, update.effective_user
@@ -334,14 +333,15 @@ class Handlers:
         if not self._is_admin(user):
             await self._reply(message, "not_allowed", command="unpair")
             return
-        bound = [self._store.peer(b.agent_id) for b in self._store.bindings_for_chat(chat.id)]
+        bound = [self._view.agents.peer(b.agent_id)
+                 for b in self._view.agents.bindings_for_chat(chat.id)]
         peers = [p for p in bound if p is not None]
         wanted = " ".join(context.args or []).strip().lower()
         chosen = [p for p in peers if not wanted or wanted in (p.name.lower(), p.agent_id)]
         if len(chosen) != 1:
             await self._reply(message, "unpair_choose", agents=[p.name for p in peers])
             return
-        self._bridge.unbind(chosen[0].agent_id, chat.id, user.id if user else None)
+        self._apply(self._bridge.unbind(chosen[0].agent_id, chat.id, user.id if user else None))
         await self._reply(message, "unpair_done", agent=chosen[0].name)
 
     async def status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -350,15 +350,15 @@ class Handlers:
         if message is None or chat is None:
             return
         everything = self._is_admin(update.effective_user)
-        bound = {b.agent_id for b in self._store.bindings_for_chat(chat.id)}
-        peers = [p for p in self._store.peers() if everything or p.agent_id in bound]
+        bound = {b.agent_id for b in self._view.agents.bindings_for_chat(chat.id)}
+        peers = [p for p in self._view.agents.peers() if everything or p.agent_id in bound]
         urls = {peer.relay_url for peer in peers}
         agents = [
             {
                 "name": peer.name,
                 "relay": peer.relay_url,
-                "rev": self._store.last_rev(peer.agent_id),
-                "updated_at": maybe_from_ms(self._store.last_update_at(peer.agent_id)),
+                "rev": self._view.agents.last_rev(peer.agent_id),
+                "updated_at": maybe_from_ms(self._view.agents.last_update_at(peer.agent_id)),
             }
             for peer in peers
         ]
@@ -367,8 +367,8 @@ class Handlers:
             relays=[r for r in self._relay_views() if everything or r.url in urls],
             agents=agents,
             everything=everything,
-            outbox=self._store.outbox_depth(),
-            open_items=self._store.open_item_count(),
+            outbox=self._view.outbox.depth(),
+            open_items=self._view.items.open_count(),
         )
 
     async def history(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -380,7 +380,7 @@ class Handlers:
         except ValueError:
             count = HISTORY_DEFAULT
         count = max(1, min(count, HISTORY_MAX))
-        rows = self._store.audit_rows(
+        rows = self._view.audit.rows(
             chat_id=chat.id, events=("decision_sent", "answer_sent"), limit=count,
             newest_first=True,
         )
@@ -401,7 +401,7 @@ class Handlers:
     def _item_summary(self, agent_id: str | None, item_id: str | None) -> str:
         if agent_id is None or item_id is None:
             return ""
-        item = self._store.item(agent_id, item_id)
+        item = self._view.items.get(agent_id, item_id)
         return self._title(item) if item else item_id
 
     def _title(self, item: ItemRow) -> str:
@@ -419,9 +419,7 @@ class Handlers:
             old, new = message.migrate_from_chat_id, message.chat_id
         else:
             return
-        if self._store.bindings_for_chat(old) or self._store.chat_title(old):
-            log.info("chat %s became supergroup %s; moving its bindings and cards", old, new)
-            self._store.migrate_chat(old, new)
+        self._apply(self._bridge.chat_migrated(old, new))
 
     async def my_membership(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         change = update.my_chat_member
@@ -429,10 +427,9 @@ class Handlers:
             return
         status = change.new_chat_member.status
         gone = status in ("left", "kicked")
-        self._store.set_chat_forbidden(change.chat.id, gone)
+        changes = self._bridge.chat_membership(change.chat.id, present=not gone)
         log.info("bot is now %s in chat %s", status, change.chat.id)
-        if not gone:
-            self._bridge.notify_change()
+        self._apply(changes)
 
     async def membership(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         change = update.chat_member
@@ -441,7 +438,7 @@ class Handlers:
         was_admin = change.old_chat_member.status in ("administrator", "creator")
         is_admin = change.new_chat_member.status in ("administrator", "creator")
         if was_admin != is_admin:
-            self._store.forget_chat_admins(change.chat.id)
+            self._bridge.admins_changed(change.chat.id)
 
 
 def _message_link(chat: Chat, message_id: int | None) -> str | None:
@@ -456,8 +453,8 @@ def _message_link(chat: Chat, message_id: int | None) -> str | None:
     return None
 
 
-def _result_name(outcome: TapOutcome) -> str:
-    result = outcome.result
+def _result_name(report: TapReport) -> str:
+    result = report.result
     if isinstance(result, Refused):
         return "refused (" + result.reason.value + ")"
     return type(result).__name__.lower()

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from bot.bridge import Bridge
-from bot.clock import maybe_from_ms
-from bot.config import Config
-from bot.errors import SkaldError, TelegramError
-from bot.protocol.replay import RETENTION_MS
+from bot.bridge import REPLAY_PRUNE_EVERY_MS, Bridge
+from bot.clock import Clock, maybe_from_ms
+from bot.core.model import CardRow
+from bot.errors import BotApiError, SkaldError
 from bot.render import Renderer
-from bot.store import CardRow, Store
 from bot.tg.gateway import Gateway
 
 log = logging.getLogger(__name__)
@@ -29,18 +26,19 @@ class Timers:
         self,
         *,
         bridge: Bridge,
-        store: Store,
         gateway: Gateway,
         renderer: Renderer,
-        config: Config,
         approvers: Callable[[int], Awaitable[frozenset[int]]],
+        redraw: Callable[[], None],
+        clock: Clock,
     ) -> None:
         self._bridge = bridge
-        self._store = store
+        self._view = bridge.view
         self._gateway = gateway
         self._renderer = renderer
-        self._config = config
         self._approvers = approvers
+        self._redraw = redraw
+        self._clock = clock
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -52,42 +50,43 @@ class Timers:
         while True:
             now = self._bridge.now_ms()
             try:
-                self._bridge.expire_due()
+                if self._bridge.expire_due().cards:
+                    self._redraw()
                 await self._send_reminders()
-                if now - last_prune > 3600 * 1000:
-                    self._store.replay_forget_before(now - RETENTION_MS)
+                if now - last_prune > REPLAY_PRUNE_EVERY_MS:
+                    self._bridge.prune_replay()
                     last_prune = now
             except SkaldError as exc:
                 log.warning("timers: %s; trying again in %.0f s", exc, RETRY_S)
-                await asyncio.sleep(RETRY_S)
+                await self._clock.sleep(RETRY_S)
                 continue
             await self._sleep_until_due(now)
 
     async def _sleep_until_due(self, now: int) -> None:
-        due = [t for t in (self._store.next_expiry(), self._store.next_reminder()) if t]
+        due = [t for t in (self._view.items.next_expiry(), self._view.cards.next_reminder())
+               if t]
         timeout = MAX_SLEEP_S
         if due:
             timeout = min(timeout, max(0.0, (min(due) - now) / 1000))
         self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=timeout + 0.01)
+        await self._clock.wait(self._wake, timeout + 0.01)
 
     async def _send_reminders(self) -> None:
-        for card in self._store.cards_due_reminder(self._bridge.now_ms()):
-            self._store.set_card_reminder(card.card_id, "sent")
+        for card in self._view.cards.due_reminder(self._bridge.now_ms()):
+            self._bridge.claim_reminder(card.card_id)
             try:
                 await self._remind(card)
-            except TelegramError as exc:
+            except BotApiError as exc:
                 log.warning("could not send a reminder in chat %s: %s", card.chat_id, exc)
 
     async def _remind(self, card: CardRow) -> None:
         approvers = await self._approvers(card.chat_id)
-        tapped = {vote.user_id for vote in self._store.votes(card.card_id)}
+        tapped = {vote.user_id for vote in self._view.cards.votes(card.card_id)}
         waiting = [
-            {"id": uid, "name": self._store.user_name(uid) or "approver"}
+            {"id": uid, "name": self._view.chats.user_name(uid) or "approver"}
             for uid in sorted(approvers - tapped)
         ]
-        item = self._store.item(card.agent_id, card.item_id)
+        item = self._view.items.get(card.agent_id, card.item_id)
         if item is None or not waiting:
             return
         html = self._renderer.message(
@@ -95,9 +94,7 @@ class Timers:
         )
         await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
                                  reply_to=card.message_id)
-        self._store.audit("reminder_sent", at=self._bridge.now_ms(), chat_id=card.chat_id,
-                          agent_id=card.agent_id, item_id=card.item_id,
-                          approvers=[w["id"] for w in waiting])
+        self._bridge.reminder_sent(card, sorted(approvers - tapped))
         log.info("reminded %d approver(s) of %s in chat %s", len(waiting), card.item_id,
                  card.chat_id)
 

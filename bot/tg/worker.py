@@ -12,15 +12,17 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
-from bot.cards import card_status, keyboard, render_card
-from bot.clock import from_ms
-from bot.config import ChatPolicy, Config
+from bot.bridge import Bridge
+from bot.clock import Clock, from_ms
+from bot.config import Config
+from bot.core.model import CardRow
+from bot.core.status import card_status, render_card
 from bot.errors import ChatMoved, ChatUnavailable, MessageGone, SkaldError, Throttled
 from bot.render import Renderer
-from bot.store import CardRow, Store
 from bot.tg.gateway import Gateway
+from bot.tg.keyboards import keyboard
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +37,18 @@ class CardWorker:
     def __init__(
         self,
         *,
-        store: Store,
+        bridge: Bridge,
         gateway: Gateway,
         renderer: Renderer,
         config: Config,
-        clock: Callable[[], float],
-        policy: Callable[[int], ChatPolicy],
+        clock: Clock,
     ) -> None:
-        self._store = store
+        self._bridge = bridge
+        self._view = bridge.view
         self._gateway = gateway
         self._renderer = renderer
         self._config = config
         self._clock = clock
-        self._policy = policy
         self._wake = asyncio.Event()
         self._chats: dict[int, asyncio.Task[None]] = {}
         self._last_send: dict[int, float] = {}
@@ -78,14 +79,10 @@ class CardWorker:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
 
-    def idle(self) -> bool:
-        """No card waits to be shown (for tests and benchmarks)."""
-        return not self._chats and not self._store.chats_with_dirty_cards()
-
     def _dispatch(self) -> None:
         if self._stopping:
             return
-        for chat_id in self._store.chats_with_dirty_cards():
+        for chat_id in self._view.cards.chats_with_dirty():
             if chat_id not in self._chats:
                 task = asyncio.create_task(self._drain(chat_id))
                 self._chats[chat_id] = task
@@ -96,20 +93,20 @@ class CardWorker:
         self._wake.set()
 
     async def _drain(self, chat_id: int) -> None:
-        while not self._stopping and not self._store.chat_forbidden(chat_id):
-            now = self._clock()
-            cards = self._store.dirty_cards(chat_id)
+        while not self._stopping and not self._view.chats.forbidden(chat_id):
+            now = self._clock.time()
+            cards = self._view.cards.dirty(chat_id)
             ready = [c for c in cards if self._retry_at.get(c.card_id, 0.0) <= now]
             if not ready:
                 if not cards:
                     return
                 wake_at = min(self._retry_at[c.card_id] for c in cards)
-                await asyncio.sleep(min(max(wake_at - now, 0.0), 1.0))
+                await self._clock.sleep(min(max(wake_at - now, 0.0), 1.0))
                 continue
             for card in ready:
                 if self._stopping:
                     return
-                current = self._store.card(card.card_id)
+                current = self._view.cards.get(card.card_id)
                 if current is None or not current.dirty:
                     continue
                 try:
@@ -117,18 +114,16 @@ class CardWorker:
                 except Throttled as exc:
                     log.warning("Telegram asked to wait %.1f s (chat %s)", exc.retry_after,
                                 chat_id)
-                    self._paused_until = self._clock() + exc.retry_after
-                    await asyncio.sleep(exc.retry_after)
+                    self._paused_until = self._clock.time() + exc.retry_after
+                    await self._clock.sleep(exc.retry_after)
                     break
                 except ChatMoved as exc:
-                    log.info("chat %s became supergroup %s; moving its cards", exc.old_chat_id,
-                             exc.new_chat_id)
-                    self._store.migrate_chat(exc.old_chat_id, exc.new_chat_id)
+                    self._bridge.chat_migrated(exc.old_chat_id, exc.new_chat_id, force=True)
                     self._wake.set()
                     return
                 except ChatUnavailable as exc:
                     log.warning("stopped posting in chat %s: %s", chat_id, exc)
-                    self._store.set_chat_forbidden(chat_id, True)
+                    self._bridge.chat_unavailable(chat_id)
                     return
                 except Exception as exc:  # one broken card must never block its chat
                     self._park(current, exc)
@@ -141,12 +136,12 @@ class CardWorker:
         if "thread not found" in str(exc).lower() and card.topic_id is not None:
             log.warning("the forum topic of chat %s is gone; card %s goes to the chat itself",
                         card.chat_id, card.card_id)
-            self._store.card_clear_topic(card.card_id)
+            self._bridge.card_topic_gone(card.card_id)
             return
         failures = self._failures.get(card.card_id, 0) + 1
         self._failures[card.card_id] = failures
         delay = min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S)
-        self._retry_at[card.card_id] = self._clock() + delay
+        self._retry_at[card.card_id] = self._clock.time() + delay
         if isinstance(exc, SkaldError):
             log.warning("could not update card %s in chat %s (attempt %d, next in %.0f s): %s",
                         card.card_id, card.chat_id, failures, delay, exc)
@@ -158,43 +153,49 @@ class CardWorker:
     async def _paced(self, chat_id: int) -> AsyncIterator[None]:
         """Keep ``chat_pace_s`` between the end of one request to a chat and the start of
         the next (measured after the request, which may have waited in the rate limiter)."""
-        now = self._clock()
+        now = self._clock.time()
         wait = max(
             self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
             self._paused_until - now,
         )
         if wait > 0:
-            await asyncio.sleep(wait)
+            await self._clock.sleep(wait)
         try:
             yield
         finally:
-            self._last_send[chat_id] = self._clock()
+            self._last_send[chat_id] = self._clock.time()
 
     async def _show(self, card: CardRow) -> None:
-        item = self._store.item(card.agent_id, card.item_id)
+        view = self._view
+        item = view.items.get(card.agent_id, card.item_id)
         generation = card.dirty
         if item is None or (card.message_id is None and item.state != "open"):
-            self._store.card_clean(card.card_id, generation)  # closed before it was shown
+            self._bridge.card_shown(card.card_id, generation)  # closed before it was shown
             return
-        policy = self._policy(card.chat_id)
-        votes = self._store.votes(card.card_id)
-        bound = self._store.is_bound(card.agent_id, card.chat_id)
+        if view.chats.kind(card.chat_id) is None:
+            # A chat bound from the command line: ask Telegram what kind of chat it is.
+            self._bridge.note_chat(card.chat_id, *await self._gateway.chat(card.chat_id))
+        policy = self._bridge.policy(card.chat_id)
+        votes = view.cards.votes(card.card_id)
+        bound = view.agents.is_bound(card.agent_id, card.chat_id)
+        outcome_chat = item.outcome_chat_id or card.chat_id
         status = card_status(
             item,
             card,
             votes=votes,
             required=policy.required_approvals,
-            chat_title=self._store.chat_title(item.outcome_chat_id or card.chat_id),
+            chat_title=view.chats.title(outcome_chat),
+            outcome_private=view.chats.kind(outcome_chat) == "private",
             bound=bound,
         )
-        peer = self._store.peer(card.agent_id)
+        peer = view.agents.peer(card.agent_id)
         rendered = render_card(
             self._renderer,
             item,
             status,
             agent_name=peer.name if peer else card.agent_id[:8],
             secrets=policy.secrets,
-            now=from_ms(int(self._clock() * 1000)),
+            now=from_ms(self._clock.now_ms()),
         )
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound)
@@ -205,12 +206,7 @@ class CardWorker:
                     card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
                     topic_id=card.topic_id,
                 )
-            now_ms = int(self._clock() * 1000)
-            with self._store.transaction():
-                self._store.card_posted(card.card_id, message_id, now_ms)
-                self._store.audit("card_posted", at=now_ms, chat_id=card.chat_id,
-                                  agent_id=card.agent_id, item_id=card.item_id,
-                                  message_id=message_id)
+            self._bridge.card_posted(card, message_id)
             log.info("posted card for %s in chat %s", card.item_id, card.chat_id)
         else:
             try:
@@ -220,7 +216,7 @@ class CardWorker:
             except MessageGone:
                 log.info("card for %s in chat %s was deleted; posting it again", card.item_id,
                          card.chat_id)
-                self._store.card_posted_reset(card.card_id)
+                self._bridge.card_message_gone(card.card_id)
                 return
         if rendered.attachment is not None and not card.attachment_sent:
             async with self._paced(card.chat_id):
@@ -228,5 +224,5 @@ class CardWorker:
                     card.chat_id, rendered.attachment.filename, rendered.attachment.content,
                     topic_id=card.topic_id, reply_to=message_id,
                 )
-            self._store.card_attachment_sent(card.card_id)
-        self._store.card_clean(card.card_id, generation)
+            self._bridge.card_attachment_sent(card.card_id)
+        self._bridge.card_shown(card.card_id, generation)

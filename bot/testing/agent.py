@@ -5,7 +5,7 @@ It keeps an inbox of approvals and clarifications, pairs devices with one-time p
 URIs, pushes a complete ``inbox_update`` to every paired device on every change, and
 applies the decisions and answers it receives (protocol §3, §5). Everything is held in
 memory: outgoing envelopes in a :class:`~bot.relay.client.MemoryOutbox`, the replay set in
-a :class:`~bot.protocol.replay.MemoryReplayGuard`.
+a :class:`~bot.testing.replay.MemoryReplayGuard`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Final
 
+from bot.clock import SYSTEM_CLOCK, Clock, from_ms
 from bot.errors import EnvelopeRefused, PairingError, ProtocolError
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import Opened, open_envelope, seal
@@ -32,8 +31,8 @@ from bot.protocol.payloads import (
     Payload,
     raw_payload,
 )
-from bot.protocol.replay import MemoryReplayGuard
 from bot.relay.client import MemoryOutbox, RelayClient
+from bot.testing.replay import MemoryReplayGuard
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +40,6 @@ MAX_RESOLVED: Final = 100
 """How many resolved items an ``inbox_update`` keeps listing."""
 
 _POLL_S: Final = 0.05
-
-
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Agent:
@@ -55,7 +50,7 @@ class Agent:
         identity: Identity,
         relay_url: str,
         *,
-        clock_ms: Callable[[], int] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         notifications: bool = False,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
@@ -71,8 +66,8 @@ class Agent:
         """Why envelopes, pairings, decisions or answers were refused, one line each."""
         self.received: list[Payload] = []
         """Every payload accepted, in order (including ones the agent only ignores)."""
-        self._clock = clock_ms or _wall_clock_ms
-        self._rev = self._clock()
+        self._clock = clock
+        self._rev = clock.now_ms()
         self._approvals: dict[str, dict[str, object]] = {}
         self._clarifications: dict[str, dict[str, object]] = {}
         self._resolved: list[dict[str, object]] = []
@@ -185,15 +180,14 @@ class Agent:
         peer = self.peers.get(device_id)
         if peer is None:
             raise ProtocolError(f"{device_id} is not a paired device")
-        envelope = seal(
-            raw_payload(kind, body), sender=self.identity, recipient=peer, ts_ms=self._clock()
-        )
+        envelope = seal(raw_payload(kind, body), sender=self.identity, recipient=peer,
+                        ts_ms=self._clock.now_ms())
         self._outbox.add(self.relay_url, envelope.to_json())
         self._client.wake()
         return envelope.id
 
     def _changed_inbox(self) -> None:
-        self._rev = max(self._rev + 1, self._clock())
+        self._rev = max(self._rev + 1, self._clock.now_ms())
         for device_id in self.peers:
             self.send_raw(device_id, "inbox_update", self.inbox())
 
@@ -203,7 +197,7 @@ class Agent:
             self.send_raw(device_id, "notification", {**body, "body": text})
 
     def _now_text(self) -> str:
-        return format_rfc3339(datetime.fromtimestamp(self._clock() / 1000, UTC))
+        return format_rfc3339(from_ms(self._clock.now_ms()))
 
     def _refuse(self, reason: str) -> None:
         log.warning("agent %s refused: %s", self.identity.id, reason)
@@ -217,7 +211,7 @@ class Agent:
                 wire,
                 me=self.identity,
                 peers=self.peers,
-                now_ms=self._clock(),
+                now_ms=self._clock.now_ms(),
                 replay=self._replay,
                 accept_pair_requests=True,
             )

@@ -1,4 +1,4 @@
-"""``skald-telegram render FILE.json``: print the Telegram cards a payload file gives.
+"""Printing the Telegram cards a payload file gives (``skald-telegram render FILE.json``).
 
 For template authors and operators: it accepts a single approval, a single question, an
 ``inbox_update`` body or a whole payload ``{"kind": "inbox_update", "body": …}``, and
@@ -23,7 +23,7 @@ from bot.protocol.payloads import (
     parse_inbox_update,
     parse_payload,
 )
-from bot.render.cards import RenderedCard, Renderer
+from bot.render.renderer import RenderedCard, Renderer
 from bot.render.values import SecretsMode
 
 

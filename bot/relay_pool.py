@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
-from bot.bridge import Bridge
+from bot.bridge import Bridge, Changes
 from bot.relay.client import RelayClient, RelayStatus
 
 log = logging.getLogger(__name__)
@@ -13,10 +14,16 @@ log = logging.getLogger(__name__)
 
 class RelayPool:
     """Starts a :class:`RelayClient` for every relay the bridge needs, each handing
-    delivered envelopes to the bridge and flushing the bridge's outbox."""
+    delivered envelopes to the bridge and flushing the bridge's outbox.
 
-    def __init__(self, bridge: Bridge, **client_options: float) -> None:
+    :meth:`apply` acts on what a use case changed, after its commit: it flushes the relays
+    with new envelopes and hands the rest to ``after`` (which wakes the card worker)."""
+
+    def __init__(
+        self, bridge: Bridge, *, after: Callable[[Changes], None], **client_options: float
+    ) -> None:
         self._bridge = bridge
+        self._after = after
         self._options = client_options
         self._clients: dict[str, RelayClient] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -27,10 +34,10 @@ class RelayPool:
             return
 
         async def handle(envelope: dict[str, object]) -> None:
-            self._bridge.handle_envelope(envelope)
+            self.apply(self._bridge.handle_envelope(envelope))
 
         async def ready() -> None:
-            self._bridge.request_inboxes(url)
+            self.apply(self._bridge.request_inboxes(url))
 
         client = RelayClient(
             url,
@@ -47,6 +54,11 @@ class RelayPool:
     def ensure_all(self) -> None:
         for url in sorted(self._bridge.relay_urls()):
             self.ensure(url)
+
+    def apply(self, changes: Changes) -> None:
+        for url in sorted(changes.relays):
+            self.wake(url)
+        self._after(changes)
 
     def wake(self, url: str) -> None:
         """New envelopes wait in the outbox for ``url``: send them now."""

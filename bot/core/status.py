@@ -1,0 +1,69 @@
+"""What a card shows now, from what the store holds (pure): its status (pending with a
+quorum tally, or how it ended and where) and the rendered card."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from bot.clock import from_ms, maybe_from_ms
+from bot.core.model import CardRow, ItemRow, Vote, parse_item
+from bot.protocol.payloads import Clarification
+from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
+
+
+def card_status(
+    item: ItemRow,
+    card: CardRow,
+    *,
+    votes: list[Vote],
+    required: int,
+    chat_title: str,
+    outcome_private: bool,
+    bound: bool = True,
+) -> CardStatus:
+    """The status a card shows; ``chat_title`` names the chat where the item was decided
+    and ``outcome_private`` says whether that chat is a private one; ``bound`` whether the
+    item's agent is still bound to the card's chat."""
+    if item.state == "open" and not bound:
+        return CardStatus(state="unbound")
+    if item.state == "open":
+        return CardStatus(
+            state="pending",
+            approvals=tuple(Tap(v.name, from_ms(v.at)) for v in votes),
+            required=required,
+        )
+    elsewhere = None
+    if item.outcome_chat_id is None and item.state != "expired":
+        elsewhere = item.outcome_by or "the agent"
+    elif item.outcome_chat_id is not None and item.outcome_chat_id != card.chat_id:
+        # A private chat's title is its user's name, which the status already shows.
+        elsewhere = "private chat" if outcome_private else (chat_title or "another chat")
+    reason = item.outcome_reason if item.state == "denied" else None
+    answer = item.outcome_reason if item.state == "answered" else None
+    return CardStatus(
+        state=item.state,  # type: ignore[arg-type]
+        approvals=tuple(Tap(v.name, from_ms(v.at)) for v in votes),
+        required=required,
+        by=item.outcome_by,
+        at=maybe_from_ms(item.outcome_at),
+        reason=reason,
+        answer=answer,
+        elsewhere=elsewhere,
+    )
+
+
+def render_card(
+    renderer: Renderer,
+    item: ItemRow,
+    status: CardStatus,
+    *,
+    agent_name: str,
+    secrets: SecretsMode,
+    now: datetime,
+) -> RenderedCard:
+    parsed = parse_item(item)
+    if isinstance(parsed, Clarification):
+        return renderer.question_card(parsed, agent_name=agent_name, now=now, status=status)
+    return renderer.approval_card(
+        parsed, agent_name=agent_name, secrets=secrets, now=now, status=status
+    )

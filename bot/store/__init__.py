@@ -1,0 +1,72 @@
+"""The bot's durable state in one SQLite file (WAL), split by what it holds.
+
+:class:`Store` gives the writers (only :mod:`bot.bridge`, the use-case layer, writes);
+:meth:`Store.view` gives the same tables read-only, for the Telegram side. A crash between
+any two steps leaves a state the next start can finish: cards waiting to be posted or
+edited are rows with a flag, outgoing envelopes sit in the outbox until the relay says
+``sent``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.store.agents import Agents, AgentsView
+from bot.store.audit import Audit, AuditView
+from bot.store.cards import Cards, CardsView
+from bot.store.chats import Chats, ChatsView
+from bot.store.db import SCHEMA_VERSION, Database
+from bot.store.items import Items, ItemsView
+from bot.store.outbox import Outbox, OutboxView
+
+__all__ = ["SCHEMA_VERSION", "Store", "StoreView"]
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """The bot's state, read-only."""
+
+    agents: AgentsView
+    items: ItemsView
+    cards: CardsView
+    outbox: OutboxView
+    audit: AuditView
+    chats: ChatsView
+
+
+class Store:
+    """The bot's state: one database, one object per group of tables."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.agents = Agents(db)
+        self.items = Items(db)
+        self.cards = Cards(db)
+        self.outbox = Outbox(db)
+        self.audit = Audit(db)
+        self.chats = Chats(db)
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        """Open (creating if needed) the database at ``path``, schema brought up to date."""
+        return cls(Database.open(path))
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Run the block in one transaction (nested calls join the outer one)."""
+        with self.db.transaction():
+            yield
+
+    def view(self) -> StoreView:
+        return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
+                         self.chats)

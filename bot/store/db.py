@@ -1,0 +1,250 @@
+"""The bot's SQLite file: opening it (WAL), its schema and migrations, and transactions.
+
+Every multi-step change runs in one transaction (:meth:`Database.transaction`), so a SIGKILL
+between any two lines leaves a state the next start can finish.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bot.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS peers (
+    agent_id TEXT PRIMARY KEY,
+    relay_url TEXT NOT NULL,
+    card_json TEXT NOT NULL,
+    name TEXT NOT NULL,
+    paired_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS bindings (
+    agent_id TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    topic_id INTEGER,
+    bound_at INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, chat_id)
+);
+CREATE TABLE IF NOT EXISTS chats (
+    chat_id INTEGER PRIMARY KEY,
+    title TEXT NOT NULL DEFAULT '',
+    kind TEXT NOT NULL DEFAULT 'private',
+    forbidden INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS chat_aliases (
+    old_id INTEGER PRIMARY KEY,
+    new_id INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chat_admins (
+    chat_id INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    fetched_at INTEGER NOT NULL,
+    PRIMARY KEY (chat_id, user_id)
+);
+CREATE TABLE IF NOT EXISTS agent_state (
+    agent_id TEXT PRIMARY KEY,
+    last_rev INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS items (
+    agent_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    body_json TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'open',
+    outcome_by TEXT,
+    outcome_at INTEGER,
+    outcome_chat_id INTEGER,
+    outcome_reason TEXT,
+    expires_at INTEGER,
+    remind_at INTEGER,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, item_id)
+);
+CREATE INDEX IF NOT EXISTS items_open ON items (state, expires_at);
+CREATE TABLE IF NOT EXISTS cards (
+    card_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    topic_id INTEGER,
+    token TEXT NOT NULL UNIQUE,
+    message_id INTEGER,
+    dirty INTEGER NOT NULL DEFAULT 1,
+    attachment_sent INTEGER NOT NULL DEFAULT 0,
+    reminder TEXT NOT NULL DEFAULT 'none',
+    posted_at INTEGER,
+    UNIQUE (agent_id, item_id, chat_id)
+);
+CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty, chat_id);
+CREATE TABLE IF NOT EXISTS votes (
+    card_id INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (card_id, user_id)
+);
+CREATE TABLE IF NOT EXISTS prompts (
+    chat_id INTEGER NOT NULL,
+    message_id INTEGER NOT NULL,
+    card_id INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    PRIMARY KEY (chat_id, message_id)
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    decision_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    reason TEXT,
+    user_id INTEGER NOT NULL,
+    user_name TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    envelope_id TEXT NOT NULL,
+    UNIQUE (agent_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    envelope_id TEXT PRIMARY KEY,
+    relay_url TEXT NOT NULL,
+    envelope_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    sent_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (relay_url, sent_at);
+CREATE TABLE IF NOT EXISTS replay (
+    envelope_id TEXT PRIMARY KEY,
+    ts INTEGER NOT NULL,
+    seen_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pairings (
+    agent_id TEXT PRIMARY KEY,
+    relay_url TEXT NOT NULL,
+    card_json TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    topic_id INTEGER,
+    requested_by INTEGER,
+    created_at INTEGER NOT NULL,
+    accepted_at INTEGER
+);
+CREATE TABLE IF NOT EXISTS users (
+    user_id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    username TEXT
+);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    chat_id INTEGER,
+    agent_id TEXT,
+    item_id TEXT,
+    user_id INTEGER,
+    user_name TEXT,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS audit_chat ON audit (chat_id, seq);
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+"""
+
+
+class Database:
+    """One SQLite connection. Methods are synchronous and short; call them from the event
+    loop."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._connection = connection
+        self.path = path
+        self._depth = 0
+
+    @classmethod
+    def open(cls, path: Path) -> Database:
+        """Open (creating if needed) the database at ``path`` and bring its schema up to date."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            connection.row_factory = sqlite3.Row
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute("PRAGMA busy_timeout=5000")
+            _migrate(connection, path)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+        return cls(connection, path)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def schema_version(self) -> int:
+        row = self.one("SELECT value FROM meta WHERE key = 'schema_version'")
+        return int(row["value"]) if row else 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Run the block in one transaction (nested calls join the outer one)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot start a transaction: {exc}") from exc
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._depth = 0
+            self._connection.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        try:
+            self._connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot commit: {exc}") from exc
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self._connection.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise StoreError(f"database error: {exc}") from exc
+
+    def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.run(sql, params).fetchone()
+        return row
+
+    def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return list(self.run(sql, params).fetchall())
+
+
+def _migrate(connection: sqlite3.Connection, path: Path) -> None:
+    """Create the tables of :data:`SCHEMA_VERSION`; refuse a file from a newer version."""
+    connection.executescript(_SCHEMA)
+    version = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if version is None:
+        connection.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+    elif int(version["value"]) > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer skald-telegram "
+            f"(schema {version['value']}, this one knows {SCHEMA_VERSION})"
+        )

@@ -1,0 +1,95 @@
+"""A card's inline keyboard and its callback data.
+
+Callback data is ``1:<card token>:<action>[:<option>]``: opaque, at most 64 bytes (Telegram's
+limit), and useless for any other card because the token is random per card.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from bot.core.model import CardRow, ItemRow, Vote
+from bot.core.policy import Action
+from bot.protocol.payloads import parse_clarification
+
+CALLBACK_VERSION = "1"
+MAX_CALLBACK_BYTES = 64
+MAX_OPTION_BUTTONS = 24
+MAX_OPTION_LABEL = 40
+
+
+@dataclass(frozen=True)
+class Button:
+    """One inline button: its label, opaque callback data and optional colour style."""
+
+    label: str
+    data: str
+    style: str | None = None
+
+
+Keyboard = tuple[tuple[Button, ...], ...]
+
+
+@dataclass(frozen=True)
+class ButtonPress:
+    """Decoded callback data: which card, which action, which option."""
+
+    token: str
+    action: Action
+    option: int | None = None
+
+
+def callback_data(token: str, action: Action, option: int | None = None) -> str:
+    parts = [CALLBACK_VERSION, token, action.value]
+    if option is not None:
+        parts.append(str(option))
+    return ":".join(parts)
+
+
+def parse_callback_data(data: object) -> ButtonPress | None:
+    """The button behind ``data``; None for data this version did not make."""
+    if not isinstance(data, str) or len(data.encode()) > MAX_CALLBACK_BYTES:
+        return None
+    parts = data.split(":")
+    if len(parts) not in (3, 4) or parts[0] != CALLBACK_VERSION:
+        return None
+    try:
+        action = Action(parts[2])
+        option = int(parts[3]) if len(parts) == 4 else None
+    except ValueError:
+        return None
+    if (option is None) != (action is not Action.ANSWER) or not parts[1]:
+        return None
+    return ButtonPress(parts[1], action, option)
+
+
+def keyboard(
+    item: ItemRow, card: CardRow, *, votes: list[Vote], required: int, bound: bool = True
+) -> Keyboard:
+    """The buttons a card carries now; none once the item is closed or unbound here."""
+    if item.state != "open" or not bound:
+        return ()
+    if item.kind == "clarification":
+        question = parse_clarification(json.loads(item.body_json))
+        buttons = [
+            Button(_label(option), callback_data(card.token, Action.ANSWER, index))
+            for index, option in enumerate(question.options[:MAX_OPTION_BUTTONS])
+        ]
+        return tuple(tuple(buttons[i:i + 2]) for i in range(0, len(buttons), 2))
+    rows: list[tuple[Button, ...]] = [
+        (
+            Button("✅ Approve", callback_data(card.token, Action.APPROVE), "success"),
+            Button("❌ Deny", callback_data(card.token, Action.DENY), "danger"),
+        ),
+        (Button("✍️ Deny with reason", callback_data(card.token, Action.DENY_WITH_REASON)),),
+    ]
+    if required > 1 and votes:
+        rows.append((Button("↩️ Withdraw my approval", callback_data(card.token,
+                                                                    Action.WITHDRAW)),))
+    return tuple(rows)
+
+
+def _label(option: str) -> str:
+    text = " ".join(option.split())
+    return text if len(text) <= MAX_OPTION_LABEL else text[: MAX_OPTION_LABEL - 1] + "…"
