@@ -34,6 +34,8 @@ SUBCOMMANDS: Final = (
     "demo_agent",
     "doctor",
     "render",
+    "agent",
+    "ask",
 )
 """The modules of :mod:`bot.cli`, one per subcommand, in ``--help`` order."""
 

@@ -1,0 +1,419 @@
+"""The agent host's service: one Skald agent identity speaking protocol §2–§5 with every
+device it is paired to, for the programs that use its local API.
+
+Every change (an item submitted, decided, answered, expired or withdrawn; a device paired)
+is one store transaction that also puts the resulting envelopes in the durable outbox, so
+a SIGKILL loses nothing: the relay client sends what the outbox holds after a restart, and
+the relay redelivers what was not acknowledged (the replay set drops what was already
+processed). Programs waiting on an item are woken when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from bot.agenthost import items as it
+from bot.agenthost.describe import default_summary, describe_arguments
+from bot.agenthost.items import Item, Kind, State
+from bot.agenthost.pairing import (
+    USED_SECRET_KEPT_MS,
+    Accept,
+    PairingSecret,
+    judge,
+    reject_allowed,
+)
+from bot.agenthost.store import AgentStore
+from bot.clock import SYSTEM_CLOCK, Clock
+from bot.errors import EnvelopeRefused, PayloadError, RefusalReason, SkaldError
+from bot.protocol.encoding import args_sha256, canonical_json
+from bot.protocol.envelope import MAX_ENVELOPE_BYTES, Opened, open_envelope, seal
+from bot.protocol.identity import Identity, PublicCard
+from bot.protocol.pairing import SECRET_BYTES, format_pairing_uri
+from bot.protocol.payloads import (
+    MAX_ITEMS,
+    ApprovalDecision,
+    ClarificationAnswer,
+    InboxRequest,
+    PairRequest,
+    parse_approval,
+    parse_clarification,
+    raw_payload,
+)
+from bot.protocol.replay import RETENTION_MS
+from bot.relay.client import RelayClient
+
+log = logging.getLogger(__name__)
+
+MAX_TIMEOUT_S: Final = 7 * 24 * 3600.0
+MAX_UPDATE_BYTES: Final = (MAX_ENVELOPE_BYTES * 3) // 4 - 64 * 1024
+"""Open items whose wire form exceeds this would not fit one sealed ``inbox_update``."""
+PAIRING_TTL_S: Final = 900.0
+EXPIRY_TICK_S: Final = 1.0
+"""The longest the expiry loop sleeps: an injected clock may jump."""
+
+
+class Refusal(SkaldError):
+    """A request the host does not take: ``status`` (an HTTP 4xx) and the ``field``."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+class AgentHost:
+    """The service behind the local API (one per state folder)."""
+
+    def __init__(
+        self,
+        store: AgentStore,
+        identity: Identity,
+        relay_url: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        notifications: bool = False,
+        relay_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.relay_url = relay_url
+        self.notifications = notifications
+        self._clock = clock
+        self._peers = {card.id: card for card, _, _ in store.devices()}
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._closing = False
+        self._last_reject: dict[str, int] = {}
+        self._expiry_wake = asyncio.Event()
+        self.relay = RelayClient(
+            relay_url, identity, handler=self._on_envelope, outbox=store,
+            **dict(relay_options or {}),
+        )
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
+
+    async def run(self) -> None:
+        """Talk to the relay and expire items on time, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.relay.run())
+            group.create_task(self._expire_forever())
+
+    # -- the local API's operations ---------------------------------------------------
+
+    def submit_approval(
+        self,
+        *,
+        tool: str,
+        summary: str | None,
+        arguments: Mapping[str, Any],
+        blocks: list[dict[str, Any]] | None,
+        timeout_s: float,
+        grant_key: str | None = None,
+        grant_label: str | None = None,
+    ) -> Item:
+        """Store a new approval and show it to every paired device."""
+        now = self._clock.now_ms()
+        item_id = it.new_item_id(Kind.APPROVAL)
+        summary = summary or default_summary(tool, arguments)
+        wire = it.approval_wire(
+            item_id,
+            tool=tool,
+            summary=summary,
+            blocks=describe_arguments(arguments) if blocks is None else blocks,
+            arguments=arguments,
+            created_ms=now,
+            expires_ms=now + int(timeout_s * 1000),
+        )
+        try:
+            parse_approval(wire)
+        except PayloadError as exc:
+            raise Refusal(400, f"not a valid approval: {exc}", "blocks") from exc
+        item = Item(
+            item_id=item_id, kind=Kind.APPROVAL, wire=wire,
+            args_sha256=args_sha256(dict(arguments)), created_ms=now,
+            expires_ms=now + int(timeout_s * 1000),
+        )
+        self._add(item, grant_key, grant_label)
+        return item
+
+    def submit_question(
+        self, *, question: str, options: list[str], timeout_s: float
+    ) -> Item:
+        """Store a new question and show it to every paired device."""
+        now = self._clock.now_ms()
+        item_id = it.new_item_id(Kind.QUESTION)
+        expires = now + int(timeout_s * 1000)
+        wire = it.question_wire(
+            item_id, question=question, options=options, created_ms=now, expires_ms=expires
+        )
+        try:
+            parse_clarification(wire)
+        except PayloadError as exc:
+            raise Refusal(400, f"not a valid question: {exc}", "question") from exc
+        item = Item(item_id=item_id, kind=Kind.QUESTION, wire=wire, args_sha256=None,
+                    created_ms=now, expires_ms=expires)
+        self._add(item, None, None)
+        return item
+
+    def _add(self, item: Item, grant_key: str | None, grant_label: str | None) -> None:
+        size = len(canonical_json(dict(item.wire)))
+        with self.store.transaction():
+            if len(self.store.open_items()) >= MAX_ITEMS:
+                raise Refusal(409, f"{MAX_ITEMS} items are open already; wait for decisions")
+            if self.store.open_wire_bytes() + size > MAX_UPDATE_BYTES:
+                raise Refusal(413, "the open items would not fit one inbox update; "
+                                   "send fewer or shorter arguments", "arguments")
+            self.store.add_item(item, grant_key, grant_label)
+            self._broadcast(self._peers.values())
+            if self.notifications:
+                self._notify(item)
+        log.info("submitted %s %s", item.kind.value, item.item_id)
+        self._after_change()
+
+    def get(self, item_id: str) -> Item:
+        item = self.store.item(item_id)
+        if item is None:
+            raise Refusal(404, "no such item", "item_id")
+        return item
+
+    async def wait(self, item_id: str, wait_s: float) -> Item:
+        """The item once it has ended, or as it stands after ``wait_s`` seconds."""
+        item = self.get(item_id)
+        if not item.pending or wait_s <= 0 or self._closing:
+            return item
+        event = self._waiters.setdefault(item_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait_s)
+        return self.get(item_id)
+
+    def withdraw(self, item_id: str) -> Item:
+        """Take a pending item back; an item that has ended stays as it is."""
+        item = self.get(item_id)
+        ended = it.end(item, State.WITHDRAWN, self._clock.now_ms())
+        if ended is None:
+            return item
+        self._finish([ended])
+        log.info("withdrew %s", item_id)
+        return ended
+
+    def open_items(self) -> list[Item]:
+        return self.store.open_items()
+
+    def status(self) -> dict[str, Any]:
+        relay = self.relay.status()
+        return {
+            "agent": {"id": self.identity.id, "name": self.name},
+            "relay": {
+                "url": relay.url,
+                "connected": relay.connected,
+                "since": None if relay.since is None else relay.since.isoformat(),
+                "last_error": relay.last_error,
+            },
+            "devices": [
+                {"id": card.id, "name": card.name, "platform": platform,
+                 "paired_at": it.iso_ms(paired)}
+                for card, platform, paired in self.store.devices()
+            ],
+            "open_items": [item.listing_json() for item in self.store.open_items()],
+            "outbox": self.store.outbox_size(),
+        }
+
+    def new_pairing(self, ttl_s: float = PAIRING_TTL_S) -> tuple[PairingSecret, str]:
+        """A fresh one-time secret and the pairing link that carries it."""
+        now = self._clock.now_ms()
+        secret = PairingSecret(
+            pairing_id=secrets.token_hex(8), secret=secrets.token_bytes(SECRET_BYTES),
+            created_ms=now, expires_ms=now + int(ttl_s * 1000),
+        )
+        with self.store.transaction():
+            self.store.forget_secrets(now - USED_SECRET_KEPT_MS)
+            self.store.add_secret(secret)
+        return secret, format_pairing_uri(self.relay_url, self.identity.card, secret.secret)
+
+    def pairing_json(self, pairing_id: str) -> dict[str, Any]:
+        secret = self.store.secret(pairing_id)
+        if secret is None:
+            raise Refusal(404, "no such pairing", "pairing_id")
+        device = None
+        if secret.used_ms is not None:
+            state = "paired"
+            card = self._peers.get(secret.device_id or "")
+            device = {"id": secret.device_id, "name": card.name if card else None}
+        else:
+            state = "expired" if secret.expires_ms <= self._clock.now_ms() else "waiting"
+        return {"pairing_id": pairing_id, "state": state, "device": device,
+                "expires_at": it.iso_ms(secret.expires_ms)}
+
+    async def wait_pairing(self, pairing_id: str, wait_s: float) -> dict[str, Any]:
+        found = self.pairing_json(pairing_id)
+        if found["state"] != "waiting" or wait_s <= 0 or self._closing:
+            return found
+        event = self._waiters.setdefault(f"pairing:{pairing_id}", asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait_s)
+        return self.pairing_json(pairing_id)
+
+    def unpair(self, device: str) -> PublicCard:
+        """Forget a paired device, named by id or name."""
+        matches = [c for c in self._peers.values() if device in (c.id, c.name)]
+        if len(matches) != 1:
+            why = "no paired device" if not matches else "several paired devices"
+            raise Refusal(404 if not matches else 409, f"{why} named {device!r}", "device")
+        card = matches[0]
+        with self.store.transaction():
+            self.store.remove_device(card.id)
+        self._peers.pop(card.id, None)
+        log.info("unpaired device %s", card.id)
+        return card
+
+    # -- protocol ---------------------------------------------------------------------
+
+    async def _on_envelope(self, raw: dict[str, object]) -> None:
+        now = self._clock.now_ms()
+        try:
+            opened = open_envelope(raw, me=self.identity, peers=self._peers, now_ms=now,
+                                   replay=self.store, accept_pair_requests=True)
+        except EnvelopeRefused as exc:
+            level = logging.DEBUG if exc.reason is RefusalReason.REPLAY else logging.WARNING
+            log.log(level, "dropped envelope %s: %s", raw.get("id"), exc)
+            return
+        ended: list[Item] = []
+        with self.store.transaction():
+            self.store.remember(opened.envelope.id, opened.envelope.ts)
+            self.store.forget_replay(now - RETENTION_MS)
+            payload = opened.payload
+            if isinstance(payload, PairRequest):
+                self._on_pair_request(opened, payload, now)
+            elif isinstance(payload, ApprovalDecision):
+                ended = self._on_decision(opened, payload, now)
+            elif isinstance(payload, ClarificationAnswer):
+                ended = self._on_answer(opened, payload, now)
+            elif isinstance(payload, InboxRequest):
+                self._broadcast([opened.sender])
+            else:
+                log.debug("ignored a %s from %s", type(payload).__name__, opened.sender.id)
+        self._after_change(ended)
+
+    def _on_pair_request(self, opened: Opened, request: PairRequest, now: int) -> None:
+        device = opened.sender
+        self.store.forget_secrets(now - USED_SECRET_KEPT_MS)
+        verdict = judge(request, self.identity.id, self.store.secrets(), now)
+        if not isinstance(verdict, Accept):
+            log.warning("refused pairing of device %s: %s", device.id, verdict.reason)
+            if reject_allowed(self._last_reject.get(device.id), now):
+                self._last_reject[device.id] = now
+                self._send(device, raw_payload("pair_reject", {"reason": verdict.reason}), now)
+            return
+        self.store.use_secret(verdict.secret.pairing_id, device.id, now)
+        self.store.add_device(device, request.device.platform, now)
+        self._peers[device.id] = device
+        accept = {"agent": {"id": self.identity.id, "name": self.name}, "device_id": device.id}
+        self._send(device, raw_payload("pair_accept", accept), now)
+        self._broadcast([device])
+        self._wake(f"pairing:{verdict.secret.pairing_id}")
+        log.info("paired with device %s (%s)", device.id, device.name)
+
+    def _on_decision(self, opened: Opened, decision: ApprovalDecision, now: int) -> list[Item]:
+        return self._resolve(opened, decision.approval_id, "decision", now,
+                             lambda item: it.decide(item, decision, now))
+
+    def _on_answer(self, opened: Opened, answer: ClarificationAnswer, now: int) -> list[Item]:
+        return self._resolve(opened, answer.clarification_id, "answer", now,
+                             lambda item: it.answer(item, answer, now))
+
+    def _resolve(
+        self, opened: Opened, item_id: str, kind: str, now: int,
+        step: Callable[[Item], Item | it.Refused],
+    ) -> list[Item]:
+        """Apply a decision or an answer, recording it either way."""
+        item = self.store.item(item_id)
+        result = step(item) if item is not None else it.Refused("unknown item")
+        verdict = "accepted" if isinstance(result, Item) else f"refused: {result.why}"
+        self.store.record_received(opened.envelope.id, opened.sender.id, item_id, kind,
+                                   opened.plaintext, verdict, now)
+        if isinstance(result, it.Refused):
+            log.warning("refused a %s for %s from device %s: %s", kind, item_id,
+                        opened.sender.id, result.why)
+            if item is not None and not item.pending:
+                self._broadcast([opened.sender])  # its card still shows buttons: close it
+            return []
+        self.store.save_outcome(result)
+        self._broadcast(self._peers.values())
+        log.info("%s %s by device %s", item_id, result.state.value, opened.sender.id)
+        return [result]
+
+    def _finish(self, ended: list[Item]) -> None:
+        with self.store.transaction():
+            for item in ended:
+                self.store.save_outcome(item)
+            self._broadcast(self._peers.values())
+        self._after_change(ended)
+
+    def _broadcast(self, devices: Iterable[PublicCard]) -> None:
+        """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction)."""
+        devices = list(devices)
+        if not devices:
+            return
+        now = self._clock.now_ms()
+        body = it.inbox_body(
+            self.store.next_rev(now), self.name, self.store.open_items(),
+            self.store.recently_resolved(it.MAX_RESOLVED),
+        )
+        payload = raw_payload("inbox_update", body)
+        for device in devices:
+            self._send(device, payload, now)
+
+    def _notify(self, item: Item) -> None:
+        payload = raw_payload("notification", it.notification_body(item, self.name))
+        for device in self._peers.values():
+            self._send(device, payload, self._clock.now_ms())
+
+    def _send(self, device: PublicCard, payload: bytes, now: int) -> None:
+        envelope = seal(payload, sender=self.identity, recipient=device, ts_ms=now)
+        self.store.add_outgoing(self.relay_url, envelope.to_json(), now)
+
+    def _after_change(self, ended: Iterable[Item] = ()) -> None:
+        self.relay.wake()
+        self._expiry_wake.set()
+        for item in ended:
+            self._wake(item.item_id)
+
+    def release_waiters(self) -> None:
+        """Answer every long poll now (the host is stopping) and every later one at once."""
+        self._closing = True
+        for event in self._waiters.values():
+            event.set()
+        self._waiters.clear()
+
+    def _wake(self, key: str) -> None:
+        event = self._waiters.pop(key, None)
+        if event is not None:
+            event.set()
+
+    async def _expire_forever(self) -> None:
+        while True:
+            self._expiry_wake.clear()
+            deadline = self.store.next_expiry()
+            delay = EXPIRY_TICK_S if deadline is None else (deadline - self._clock.now_ms()) / 1000
+            if delay > 0:
+                await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
+            try:
+                self.expire_due()
+            except SkaldError as exc:
+                log.error("cannot expire items: %s", exc)
+
+    def expire_due(self) -> list[Item]:
+        """End every pending item whose time has run out."""
+        now = self._clock.now_ms()
+        ended = [it.end(item, State.EXPIRED, now) for item in it.due(self.store.open_items(), now)]
+        done = [item for item in ended if item is not None]
+        if done:
+            self._finish(done)
+            log.info("expired %s", ", ".join(item.item_id for item in done))
+        return done
