@@ -39,8 +39,8 @@ class ClaudeCode:
 
 
 def parse_tool_event(agent: str, events: tuple[str, ...], data: Mapping[str, Any]) -> HookEvent:
-    """The input both Claude Code and Codex send: ``tool_name``, ``tool_input``, ``cwd``,
-    ``session_id``, ``hook_event_name``; MCP tools are named ``mcp__<server>__<tool>``."""
+    """The input both Claude Code and Codex send: ``hook_event_name``, ``tool_name``,
+    ``tool_input``, ``cwd``; MCP tools are named ``mcp__<server>__<tool>``."""
     return tool_event(agent, event_name(data, events), data, mcp_name)
 
 

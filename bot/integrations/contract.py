@@ -25,7 +25,6 @@ class HookEvent:
     name: str
     """The agent's ``hook_event_name``."""
     call: ToolCall
-    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,8 @@ def tool_event(
     data: Mapping[str, Any],
     mcp: Callable[[str], tuple[str, str] | None],
 ) -> HookEvent:
-    """The event of an agent that sends ``tool_name``, ``tool_input``, ``cwd`` and
-    ``session_id``; ``mcp`` says which server and tool an MCP call is for (or ``None``)."""
+    """The event of an agent that sends ``tool_name``, ``tool_input`` and ``cwd``; ``mcp``
+    says which server and tool an MCP call is for (or ``None``)."""
     tool = text_field(data, "tool_name")
     server, mcp_tool = mcp(tool) or (None, None)
     call = ToolCall(
@@ -68,7 +67,7 @@ def tool_event(
         mcp_server=server,
         mcp_tool=mcp_tool,
     )
-    return HookEvent(name, call, optional_text(data, "session_id"))
+    return HookEvent(name, call)
 
 
 def as_json(value: Mapping[str, Any]) -> str:
