@@ -36,6 +36,8 @@ SUBCOMMANDS: Final = (
     "render",
     "agent",
     "ask",
+    "hook",
+    "mcp",
 )
 """The modules of :mod:`bot.cli`, one per subcommand, in ``--help`` order."""
 

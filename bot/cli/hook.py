@@ -1,0 +1,121 @@
+"""``skald-telegram hook AGENT``: a coding agent's approval hook, answered from Telegram;
+``hook install AGENT`` and ``hook uninstall AGENT`` put it in (and take it out of) the
+agent's settings."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+AGENTS = ("claude-code", "codex", "gemini", "cursor")
+DEFAULT_TIMEOUT = 300.0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "hook",
+        help="answer a coding agent's approval hook from Telegram",
+        description=(
+            "hook AGENT reads one hook event on stdin, asks for an approval through the "
+            "agent host and writes the agent's answer on stdout. hook install AGENT and "
+            "hook uninstall AGENT add it to, or take it out of, the agent's settings."
+        ),
+    )
+    parser.add_argument("target", choices=[*AGENTS, "install", "uninstall"],
+                        metavar="AGENT|install|uninstall",
+                        help=f"one of {', '.join(AGENTS)}, or install / uninstall")
+    parser.add_argument("agent", nargs="?", choices=AGENTS, metavar="AGENT",
+                        help="with install or uninstall: the agent")
+    parser.add_argument("--state", metavar="DIR", help="the agent host's state folder")
+    parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"how long to wait for a decision (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--on-error", choices=("deny", "ask"), default="deny",
+                        help="when no decision can be had: deny (default), or let the agent "
+                             "ask in its own prompt")
+    parser.add_argument("--scope", choices=("user", "project"), default="user",
+                        help="install or uninstall: the user's settings (default) or the "
+                             "current project's")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.target in ("install", "uninstall"):
+        if args.agent is None:
+            print(f"skald-telegram: hook {args.target} needs an AGENT: {', '.join(AGENTS)}",
+                  file=sys.stderr)
+            return 2
+        return _change_settings(args)
+    if args.agent is not None:
+        print("skald-telegram: hook AGENT takes no second agent", file=sys.stderr)
+        return 2
+    return _answer(args)
+
+
+def _answer(args: argparse.Namespace) -> int:
+    from bot.integrations.approval import failure, host_connector
+    from bot.integrations.hook import CONTRACTS, run_hook
+
+    contract = CONTRACTS[args.target]
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        raw = sys.stdin.read()
+        answer = asyncio.run(run_hook(
+            contract, raw, host_connector(args.state), timeout=args.timeout,
+            on_error=args.on_error,
+        ))
+    except Exception as exc:  # fail closed, and never a traceback where the agent reads
+        answer = contract.answer(None, failure(f"internal error: {exc}", args.on_error))
+    if answer.stdout:
+        sys.stdout.write(answer.stdout + "\n")
+        sys.stdout.flush()
+    if answer.stderr:
+        print(answer.stderr, file=sys.stderr)
+    return answer.exit_code
+
+
+def _change_settings(args: argparse.Namespace) -> int:
+    from bot.integrations.settings import SITES, hook_command, install, settings_path, uninstall
+
+    site = SITES[args.agent]
+    path = settings_path(site, args.scope, Path.home(), Path.cwd())
+    if args.target == "uninstall":
+        lines = uninstall(site, path)
+    else:
+        extra = []
+        if args.state:
+            extra += ["--state", str(Path(args.state).resolve())]
+        if args.on_error != "deny":
+            extra += ["--on-error", args.on_error]
+        command = hook_command(_program(), args.agent, args.timeout, extra)
+        lines = install(site, path, command, args.timeout)
+    print("\n".join(lines))
+    return 0
+
+
+def _program() -> list[str]:
+    """How the agent should start us: the ``skald-telegram`` script beside this Python if
+    there is one (agents rarely share our PATH), else ``python -m bot``."""
+    script = Path(sys.executable).parent / "skald-telegram"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "bot"]
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds from 1 to 86400."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError("must be between 1 and 86400 seconds")
+    return value
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

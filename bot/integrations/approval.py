@@ -1,0 +1,152 @@
+"""Ask a person through the agent host and say what came of it, failing closed.
+
+Every adapter (hooks, the MCP server, the gateway) asks through :func:`ask_person`: a host
+that is not running, an error on the way, a request nobody decided in time each become a
+deny with a one-line reason (or, with ``on_error="ask"``, a hand-back to the agent's own
+prompt). A person's deny is always a deny.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import anyio
+
+from skald_telegram import AsyncAgentClient, Outcome
+
+log = logging.getLogger(__name__)
+
+WITHDRAW_SECONDS: Final = 5.0
+"""How long an interrupted wait may spend taking its card back."""
+
+Decision = Literal["allow", "deny", "ask"]
+OnError = Literal["deny", "ask"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reason: str
+
+
+Connect = Callable[[], AsyncAgentClient]
+
+
+def host_connector(state_dir: str | None) -> Connect:
+    """Opens a client of the agent host whose state folder is ``state_dir`` (default: the
+    host's own default)."""
+    return lambda: AsyncAgentClient(state_dir=state_dir)
+
+
+async def ask_person(
+    connect: Connect,
+    *,
+    tool: str,
+    summary: str,
+    arguments: Mapping[str, Any],
+    blocks: Sequence[Mapping[str, Any]],
+    timeout: float,
+    on_error: OnError = "deny",
+) -> Verdict:
+    """Submit an approval, wait up to ``timeout`` seconds, and judge the outcome."""
+    try:
+        client = connect()
+    except Exception as exc:  # fail closed: whatever went wrong, the answer is not an allow
+        return failure(one_line(exc), on_error)
+    try:
+        item_id = await client.submit_approval(
+            tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout
+        )
+        outcome = await _wait_or_withdraw(client, item_id, timeout)
+    except Exception as exc:  # fail closed, as above
+        log.warning("approval for %s failed: %s", tool, one_line(exc))
+        return failure(one_line(exc), on_error)
+    finally:
+        await _close(client)
+    return verdict_of(outcome, timeout, on_error)
+
+
+async def ask_question(
+    connect: Connect, question: str, options: Sequence[str] | None, timeout: float
+) -> Outcome:
+    """Ask a question and wait for its answer (or the end of ``timeout``: then the
+    question is withdrawn and the outcome says so)."""
+    client = connect()
+    try:
+        item_id = await client.submit_question(question, options, timeout)
+        return await _wait_or_withdraw(client, item_id, timeout)
+    finally:
+        await _close(client)
+
+
+def verdict_of(outcome: Outcome, timeout: float, on_error: OnError) -> Verdict:
+    who = who_decided(outcome)
+    if outcome.state == "approved":
+        return Verdict("allow", f"approved{who} in Telegram")
+    if outcome.state == "denied":
+        because = f": {outcome.reason}" if outcome.reason else ""
+        return Verdict("deny", f"denied{who} in Telegram{because}")
+    if outcome.state in ("pending", "expired"):
+        return failure(f"no decision in Telegram within {timeout:g} s", on_error)
+    if outcome.state == "withdrawn":
+        return failure("the request was withdrawn before anyone decided", on_error)
+    return failure(f"the request ended without a decision ({outcome.state})", on_error)
+
+
+def who_decided(outcome: Outcome) -> str:
+    """`` by Ada (@ada)``, as far as the outcome says, or nothing."""
+    person = outcome.decided_by or {}
+    name, username = person.get("name"), person.get("username")
+    if name and username:
+        return f" by {name} (@{username})"
+    if name or username:
+        return f" by {name or '@' + str(username)}"
+    return ""
+
+
+def failure(reason: str, on_error: OnError) -> Verdict:
+    """The verdict for an error: a deny, or the agent's own prompt with ``on_error="ask"``."""
+    if on_error == "ask":
+        return Verdict("ask", f"skald-telegram could not get a decision ({reason}); "
+                       "asking here instead")
+    return Verdict("deny", f"denied by skald-telegram: {reason}")
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+async def _wait_or_withdraw(
+    client: AsyncAgentClient, item_id: str, timeout: float
+) -> Outcome:
+    """The outcome within ``timeout``; an item still open then (or when the wait is
+    interrupted) is withdrawn, so that no card stays waiting for nobody."""
+    try:
+        outcome = await client.wait(item_id, timeout)
+    except BaseException:
+        # Shielded: a cancelled caller (an MCP client that went away) still takes its card
+        # back, within a few seconds.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_SECONDS):
+            await _withdraw(client, item_id)
+        raise
+    if outcome.state == "pending":
+        await _withdraw(client, item_id)
+    return outcome
+
+
+async def _withdraw(client: AsyncAgentClient, item_id: str) -> None:
+    try:
+        await client.withdraw(item_id)
+    except Exception as exc:  # the deny stands either way
+        log.warning("could not withdraw %s: %s", item_id, one_line(exc))
+
+
+async def _close(client: AsyncAgentClient) -> None:
+    try:
+        await client.aclose()
+    except Exception as exc:  # closing a connection must not change the verdict
+        log.debug("closing the host client: %s", one_line(exc))

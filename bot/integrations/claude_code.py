@@ -1,0 +1,66 @@
+"""Claude Code's hook contract (code.claude.com/docs/en/hooks): ``PreToolUse`` and
+``PermissionRequest``.
+
+Both answer with exit code 0 and JSON on stdout. ``PermissionRequest`` has no "ask": to
+hand a call back to Claude Code's own dialog the hook prints nothing. Input that cannot be
+read gets exit code 2, which blocks the call (any other non-zero code would let it run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bot.integrations.contract import (
+    HookAnswer,
+    HookEvent,
+    Verdict,
+    as_json,
+    blocked,
+    event_name,
+    tool_event,
+)
+from bot.integrations.describe import mcp_name
+
+
+class ClaudeCode:
+    agent: str = "Claude Code"
+    events: tuple[str, ...] = ("PreToolUse", "PermissionRequest")
+
+    def parse(self, data: Mapping[str, Any]) -> HookEvent:
+        return parse_tool_event(self.agent, self.events, data)
+
+    def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
+        if event == "PreToolUse":
+            return pre_tool_use(verdict)
+        if event == "PermissionRequest":
+            return permission_request(verdict)
+        return blocked(verdict.reason)
+
+
+def parse_tool_event(agent: str, events: tuple[str, ...], data: Mapping[str, Any]) -> HookEvent:
+    """The input both Claude Code and Codex send: ``hook_event_name``, ``tool_name``,
+    ``tool_input``, ``cwd``; MCP tools are named ``mcp__<server>__<tool>``."""
+    return tool_event(agent, event_name(data, events), data, mcp_name)
+
+
+def pre_tool_use(verdict: Verdict) -> HookAnswer:
+    return HookAnswer(as_json({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": verdict.decision,
+        "permissionDecisionReason": verdict.reason,
+    }}))
+
+
+def permission_request(verdict: Verdict) -> HookAnswer:
+    if verdict.decision == "ask":
+        return HookAnswer("")
+    decision: dict[str, Any] = {"behavior": verdict.decision}
+    if verdict.decision == "deny":
+        decision["message"] = verdict.reason
+    return HookAnswer(as_json({"hookSpecificOutput": {
+        "hookEventName": "PermissionRequest", "decision": decision,
+    }}))
+
+
+CONTRACT = ClaudeCode()

@@ -1,0 +1,35 @@
+"""The Codex CLI's hook contract (developers.openai.com/codex/hooks): ``PermissionRequest``
+and ``PreToolUse``.
+
+``PermissionRequest`` answers ``hookSpecificOutput.decision.behavior`` ``allow`` or
+``deny`` (with ``message``); printing nothing leaves the decision to Codex's own prompt.
+``PreToolUse`` can only deny: Codex rejects ``allow`` and ``ask`` there, so an approved
+call gets no output and runs under Codex's usual approval policy. Input that cannot be
+read gets exit code 2, which blocks the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bot.integrations.claude_code import parse_tool_event, permission_request, pre_tool_use
+from bot.integrations.contract import HookAnswer, HookEvent, Verdict, blocked
+
+
+class Codex:
+    agent: str = "Codex"
+    events: tuple[str, ...] = ("PermissionRequest", "PreToolUse")
+
+    def parse(self, data: Mapping[str, Any]) -> HookEvent:
+        return parse_tool_event(self.agent, self.events, data)
+
+    def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
+        if event == "PermissionRequest":
+            return permission_request(verdict)
+        if event == "PreToolUse":
+            return pre_tool_use(verdict) if verdict.decision == "deny" else HookAnswer("")
+        return blocked(verdict.reason)
+
+
+CONTRACT = Codex()

@@ -1,0 +1,328 @@
+"""A coding agent's tool call described for a person: a one-line summary and seed blocks.
+
+Pure: the current content of a file a call writes or edits comes from the ``read``
+function the caller passes (the hook reads the disk, tests pass a dictionary). A shell
+command shows as ``command`` with its stated description and working directory; a write
+or an edit as the path and the unified diff it makes; a fetch as its ``url``; a search as
+its pattern and path; an MCP tool as server, tool and arguments; anything else as its
+arguments. Credentials become ``secret`` blocks, so the card masks them wherever they
+appear.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bot.agenthost.describe import describe_arguments, is_credential_key
+
+Block = dict[str, Any]
+FileReader = Callable[[str], "str | None"]
+"""Returns a file's current text, or ``None`` when there is no such file."""
+
+SUMMARY_CHARS: Final = 200
+"""A summary is one short line: the card's title and a notification's text."""
+
+_HEADER_SECRET = re.compile(
+    r"\b(?P<key>(?:proxy-)?authorization|x-api-key|api-key|x-auth-token|cookie)\s*:\s*"
+    r"(?P<value>[^'\"\n\\]+?)\s*(?=['\"\n\\]|$)",
+    re.IGNORECASE,
+)
+_ENV_SECRET = re.compile(
+    r"(?<![\w-])(?P<key>[A-Za-z_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)[A-Za-z_]*)"
+    r"=(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)",
+    re.IGNORECASE,
+)
+_FLAG_SECRET = re.compile(
+    r"--(?P<key>password|token|api-key|secret)[= ](?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)",
+    re.IGNORECASE,
+)
+
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
+_SHELL = frozenset({"bash", "shell", "run_shell_command", "exec_command", "local_shell"})
+_WRITE = frozenset({"write", "write_file", "create_file"})
+_EDIT = frozenset({"edit", "multiedit", "replace", "strreplace", "str_replace", "edit_file"})
+_FETCH = frozenset({"webfetch", "web_fetch", "fetch"})
+_SEARCH = frozenset({"grep", "glob", "search_file_content", "grep_search", "glob_search",
+                     "codebase_search", "file_search"})
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call as an agent's hook reports it."""
+
+    agent: str
+    """The agent's display name: ``Claude Code``, ``Codex``, ``Gemini CLI``, ``Cursor``."""
+    tool: str
+    arguments: Mapping[str, Any]
+    cwd: str | None = None
+    mcp_server: str | None = None
+    """Set for an MCP tool, with :attr:`mcp_tool` its name on that server."""
+    mcp_tool: str | None = None
+    tool_description: str | None = None
+
+
+@dataclass(frozen=True)
+class Description:
+    summary: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+def describe(call: ToolCall, read: FileReader) -> Description:
+    """The summary and blocks a card shows for ``call``."""
+    kind = call.tool.lower()
+    if call.mcp_server is not None:
+        description = _mcp(call)
+    elif kind in _SHELL and isinstance(call.arguments.get("command"), str | list):
+        description = _shell(call)
+    elif kind in _WRITE and _path(call) is not None:
+        description = _write(call, read)
+    elif kind in _EDIT and _path(call) is not None:
+        description = _edit(call, read)
+    elif kind == "apply_patch" and _patch_text(call.arguments) is not None:
+        description = _patch(call)
+    elif kind in _FETCH and isinstance(call.arguments.get("url"), str):
+        url = call.arguments["url"]
+        description = Description(
+            _summary(call, f"fetch {url}"),
+            [_kv("URL", url, "url"), *_optional_text(call.arguments, "prompt", "Prompt")],
+        )
+    elif kind in _SEARCH and isinstance(call.arguments.get("pattern"), str):
+        description = _search(call)
+    else:
+        description = Description(
+            _summary(call, f"use {call.tool}"), describe_arguments(call.arguments)
+        )
+    shown = {b["value"] for b in description.blocks if b.get("value_type") == "secret"}
+    return Description(description.summary, [*description.blocks, *_secret_blocks(call, shown)])
+
+
+def mcp_name(tool: str) -> tuple[str, str] | None:
+    """Split an MCP tool name as Claude Code and Codex spell it (``mcp__server__tool``)."""
+    if tool.startswith("mcp__"):
+        server, sep, name = tool[len("mcp__"):].partition("__")
+        if sep and server and name:
+            return server, name
+    return None
+
+
+def secrets_in(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every credential in ``arguments``: values under secret-looking keys (at any depth)
+    and credentials written into command lines (``Authorization:`` headers and the like)."""
+    found: list[tuple[str, str]] = []
+    for key, value in _walk(arguments):
+        leaf = key.rsplit(".", 1)[-1].split("[", 1)[0]
+        if isinstance(value, str | int) and not isinstance(value, bool) and is_credential_key(
+            leaf
+        ):
+            if str(value):
+                found.append((key, str(value)))
+        elif isinstance(value, str):
+            found.extend(_secrets_in_text(value))
+    return found
+
+
+def _secrets_in_text(text: str) -> Iterator[tuple[str, str]]:
+    for pattern in (_HEADER_SECRET, _ENV_SECRET, _FLAG_SECRET):
+        for match in pattern.finditer(text):
+            value = match["value"].strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            if value:
+                yield match["key"], value
+                # A bearer token is also masked alone, where the command repeats it.
+                scheme, _, token = value.partition(" ")
+                if token and scheme.lower() in {"bearer", "basic", "token"}:
+                    yield match["key"], token
+
+
+def _secret_blocks(call: ToolCall, seen: set[str]) -> Iterator[Block]:
+    """A ``secret`` block for each credential no block shows as one yet."""
+    for key, value in secrets_in(call.arguments):
+        if value not in seen:
+            seen.add(value)
+            yield _kv(key, value, "secret")
+
+
+def _shell(call: ToolCall) -> Description:
+    raw = call.arguments["command"]
+    command = raw if isinstance(raw, str) else " ".join(str(part) for part in raw)
+    blocks = [{"type": "block", "label": "Command", "value": command, "value_type": "command"}]
+    blocks.extend(_optional_text(call.arguments, "description", "Description", "field"))
+    cwd = _string(call.arguments, "dir_path") or _string(call.arguments, "workdir") or call.cwd
+    if cwd:
+        blocks.append(_kv("Directory", cwd, "path"))
+    first = command.strip().splitlines()[0] if command.strip() else command
+    return Description(_summary(call, f"run: {first}"), blocks)
+
+
+def _write(call: ToolCall, read: FileReader) -> Description:
+    path = _resolved(call)
+    content = call.arguments.get("content", call.arguments.get("contents", ""))
+    new = content if isinstance(content, str) else json.dumps(content, indent=2)
+    old = read(path)
+    blocks = [_kv("File", path, "path")]
+    if old is None:
+        blocks.append(_kv("Status", "new file", "string"))
+    blocks.append(_diff_block(path, old, new))
+    return Description(_summary(call, f"write {path}"), blocks)
+
+
+def _edit(call: ToolCall, read: FileReader) -> Description:
+    path = _resolved(call)
+    old = read(path)
+    edits = _edits(call.arguments)
+    blocks = [_kv("File", path, "path")]
+    new, missing = _apply(old or "", edits)
+    if old is None:
+        blocks.append(_kv("Status", "the file does not exist yet", "string"))
+    if missing:
+        blocks.append(_kv("Status", f"{missing} of {len(edits)} edits do not match the "
+                          "file on disk; the diff shows the edits alone", "string"))
+        for before, after, _ in edits:
+            blocks.append(_diff_block(path, before, after))
+    else:
+        blocks.append(_diff_block(path, old, new))
+    return Description(_summary(call, f"edit {path}"), blocks)
+
+
+def _patch(call: ToolCall) -> Description:
+    patch = _patch_text(call.arguments) or ""
+    files = _PATCH_FILE.findall(patch)
+    blocks = [_kv("File", path, "path") for path in files]
+    blocks.append({"type": "block", "label": "Patch", "value": patch, "value_type": "diff"})
+    if call.cwd:
+        blocks.append(_kv("Directory", call.cwd, "path"))
+    target = ", ".join(files) if files else "files"
+    return Description(_summary(call, f"patch {target}"), blocks)
+
+
+def _patch_text(arguments: Mapping[str, Any]) -> str | None:
+    for key in ("patch", "input", "command"):
+        value = arguments.get(key)
+        if isinstance(value, str) and "*** Begin Patch" in value:
+            return value
+    return None
+
+
+def _search(call: ToolCall) -> Description:
+    pattern = call.arguments["pattern"]
+    path = _string(call.arguments, "path") or _string(call.arguments, "dir_path") or call.cwd
+    blocks = [_kv("Pattern", pattern, "string")]
+    if path:
+        blocks.append(_kv("Path", path, "path"))
+    for key in ("glob", "include", "type"):
+        blocks.extend(_optional_text(call.arguments, key, key.capitalize(), "key_value"))
+    where = f" in {path}" if path else ""
+    return Description(_summary(call, f"search for {pattern}{where}"), blocks)
+
+
+def _mcp(call: ToolCall) -> Description:
+    server, tool = call.mcp_server or "", call.mcp_tool or call.tool
+    blocks = [_kv("Server", server, "string"), _kv("Tool", tool, "string")]
+    if call.tool_description:
+        blocks.append({"type": "block", "label": "Tool description",
+                       "value": call.tool_description, "value_type": "text"})
+    blocks.extend(describe_arguments(call.arguments))
+    return Description(_summary(call, f"call {tool} on {server}"), blocks)
+
+
+def _edits(arguments: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """(old, new, replace_all) for Edit, MultiEdit and their cousins."""
+    raw = arguments.get("edits")
+    items = raw if isinstance(raw, list) else [arguments]
+    edits = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        old = item.get("old_string", item.get("old_str", ""))
+        new = item.get("new_string", item.get("new_str", ""))
+        every = bool(item.get("replace_all")) or (item.get("expected_replacements") or 1) > 1
+        edits.append((str(old), str(new), every))
+    return edits
+
+
+def _apply(text: str, edits: list[tuple[str, str, bool]]) -> tuple[str, int]:
+    """The text after the edits, in order, and how many of them did not match."""
+    missing = 0
+    for old, new, every in edits:
+        if old == "" and text == "":
+            text = new
+        elif old and old in text:
+            text = text.replace(old, new) if every else text.replace(old, new, 1)
+        else:
+            missing += 1
+    return text, missing
+
+
+def _diff_block(path: str, old: str | None, new: str) -> Block:
+    before = [] if old is None else old.splitlines(keepends=True)
+    after = new.splitlines(keepends=True)
+    lines = difflib.unified_diff(
+        before, after, fromfile="/dev/null" if old is None else path, tofile=path
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return {"type": "block", "label": "Diff", "value": text.rstrip("\n") or "(no change)",
+            "value_type": "diff"}
+
+
+def _summary(call: ToolCall, what: str) -> str:
+    line = " ".join(f"{call.agent} wants to {what}".split())
+    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+
+
+def _path(call: ToolCall) -> str | None:
+    for key in ("file_path", "path", "target_file", "absolute_path"):
+        value = call.arguments.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _resolved(call: ToolCall) -> str:
+    path = _path(call) or ""
+    if call.cwd and not path.startswith("/"):
+        return call.cwd.rstrip("/") + "/" + path
+    return path
+
+
+def _string(arguments: Mapping[str, Any], key: str) -> str | None:
+    value = arguments.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _optional_text(
+    arguments: Mapping[str, Any], key: str, label: str, layout: str = "block"
+) -> list[Block]:
+    value = _string(arguments, key)
+    if value is None:
+        return []
+    if layout == "key_value":
+        return [_kv(label, value, "string")]
+    return [{"type": layout, "label": label, "value": value,
+             "value_type": "text" if layout == "block" else "string"}]
+
+
+def _kv(key: str, value: str, value_type: str) -> Block:
+    return {"type": "key_value", "key": key, "value": value, "value_type": value_type}
+
+
+def _walk(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(item, Mapping | list):
+                yield from _walk(item, path)
+            else:
+                yield path, item
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            path = f"{prefix}[{index}]"
+            if isinstance(item, Mapping | list):
+                yield from _walk(item, path)
+            else:
+                yield path, item

@@ -1,0 +1,163 @@
+"""``skald-telegram mcp gateway``: any stdio MCP server behind an approval.
+
+The gateway starts the upstream server as its child, offers exactly its tools (the
+upstream's own listing, passed through), and decides each call by the policy: ``allow``
+forwards it, ``deny`` refuses it, ``ask`` puts a card in front of a person first. A
+forwarded call returns the upstream result unchanged; a refused one returns an error
+result naming who refused and why, and the upstream tool is never called. The gateway
+ends when its client closes stdin, and the upstream server with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+from bot.errors import SkaldError
+from bot.integrations.approval import Connect, ask_person, one_line
+from bot.integrations.describe import ToolCall, describe
+from bot.integrations.policy import Policy
+
+log = logging.getLogger(__name__)
+
+UPSTREAM_START_SECONDS = 30.0
+
+
+class UpstreamError(SkaldError):
+    """The upstream MCP server did not start or did not answer."""
+
+
+class Gateway:
+    """Decides and forwards the calls of one client session."""
+
+    def __init__(
+        self, upstream: ClientSession, server_name: str, policy: Policy, connect: Connect,
+        timeout: float,
+    ) -> None:
+        self.upstream = upstream
+        self.server_name = server_name
+        self.policy = policy
+        self.connect = connect
+        self.timeout = timeout
+        self.descriptions: dict[str, str | None] = {}
+        self.upstream_gone: str | None = None
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        if self.upstream_gone is not None:
+            raise MCPError(types.INTERNAL_ERROR, self.upstream_gone)
+        try:
+            listing = await self.upstream.list_tools(params=params)
+        except Exception as exc:
+            raise MCPError(types.INTERNAL_ERROR, self._lost(exc)) from exc
+        for tool in listing.tools:
+            self.descriptions[tool.name] = tool.description
+        return listing
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name, arguments = params.name, params.arguments or {}
+        rule = self.policy.rule_for(name)
+        if rule == "deny":
+            source = self.policy.source_for(name)
+            return _error(f"denied by the gateway policy ({source} = \"deny\"): "
+                          f"{name} was not called")
+        if rule == "ask":
+            call = ToolCall("An MCP client", name, arguments, mcp_server=self.server_name,
+                            mcp_tool=name, tool_description=await self.description(name))
+            description = describe(call, lambda _: None)
+            verdict = await ask_person(
+                self.connect, tool=name, summary=description.summary, arguments=arguments,
+                blocks=description.blocks, timeout=self.timeout,
+            )
+            if verdict.decision != "allow":
+                return _error(f"{verdict.reason}; {name} was not called")
+        return await self.forward(name, arguments)
+
+    async def description(self, name: str) -> str | None:
+        """The upstream's description of tool ``name``, read from its listing."""
+        if name not in self.descriptions and self.upstream_gone is None:
+            cursor: str | None = None
+            try:
+                while True:
+                    page = await self.upstream.list_tools(
+                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    self.descriptions.update((t.name, t.description) for t in page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+            except Exception as exc:  # the card goes without it; the call decides the rest
+                log.warning("could not list the upstream tools: %s", one_line(exc))
+        return self.descriptions.get(name)
+
+    async def forward(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        if self.upstream_gone is not None:
+            return _error(self.upstream_gone)
+        try:
+            return await self.upstream.call_tool(name, arguments)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                return _error(self._lost(exc))
+            raise  # the upstream's own protocol error, passed on as it is
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream,
+                OSError) as exc:
+            return _error(self._lost(exc))
+        except Exception as exc:  # e.g. a result that breaks the tool's own output schema
+            return _error(f"the upstream MCP server's answer to {name} could not be passed "
+                          f"on: {one_line(exc)}")
+
+    def _lost(self, exc: BaseException) -> str:
+        self.upstream_gone = (
+            f"the upstream MCP server {self.server_name!r} is not running any more "
+            f"({one_line(exc)}); restart the MCP client to start it again"
+        )
+        log.error("%s", self.upstream_gone)
+        return self.upstream_gone
+
+
+async def run_gateway(
+    command: Sequence[str], policy: Policy, connect: Connect, *, timeout: float
+) -> None:
+    """Serve on stdin/stdout until the client goes, with ``command`` as the upstream."""
+    params = StdioServerParameters(
+        command=command[0], args=list(command[1:]), env=dict(os.environ)
+    )
+    async with AsyncExitStack() as stack:
+        try:
+            read, write = await stack.enter_async_context(stdio_client(params))
+            upstream = await stack.enter_async_context(ClientSession(read, write))
+            with anyio.fail_after(UPSTREAM_START_SECONDS):
+                initialized = await upstream.initialize()
+        except Exception as exc:
+            raise UpstreamError(
+                f"the upstream MCP server ({' '.join(command)}) did not start: {one_line(exc)}"
+            ) from exc
+        name = initialized.server_info.name if initialized.server_info else command[0]
+        gateway = Gateway(upstream, name, policy, connect, timeout)
+        server: Server[Any] = Server(
+            f"skald-telegram gateway for {name}",
+            version=initialized.server_info.version if initialized.server_info else "",
+            instructions=initialized.instructions,
+            on_list_tools=gateway.list_tools,
+            on_call_tool=gateway.call_tool,
+        )
+        async with stdio_server() as (client_read, client_write):
+            await server.run(client_read, client_write, server.create_initialization_options())
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                is_error=True)

@@ -1,0 +1,42 @@
+"""A person's taps on the cards that hooks, the MCP server and the gateway put in Telegram."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agenthost_world import HostWorld
+from telegram_stub import StoredMessage
+from world import ADA
+
+SLOW_MACHINE_SECONDS = 30.0
+"""How long a card may take to show: each one waits on process starts, which a busy
+machine slows down."""
+
+
+async def card_showing(hw: HostWorld, needle: str,
+                       where: Callable[[StoredMessage], bool] = lambda m: True
+                       ) -> StoredMessage:
+    """The card in Ada's chat whose text holds ``needle`` (and that ``where`` accepts)."""
+    return await hw.world.wait_card(ADA, needle, where, timeout=SLOW_MACHINE_SECONDS)
+
+
+async def approve(hw: HostWorld, needle: str) -> StoredMessage:
+    found = await card_showing(hw, needle)
+    hw.world.tap(ADA, found, ADA, "Approve")
+    return found
+
+
+def _prompts(hw: HostWorld) -> int:
+    return sum(1 for call in hw.tg.calls("sendMessage")
+               if isinstance(call.params.get("reply_markup"), dict)
+               and call.params["reply_markup"].get("force_reply"))
+
+
+async def deny_with_reason(hw: HostWorld, needle: str, reason: str) -> None:
+    """Tap "Deny with reason" and answer the bot's prompt with ``reason``."""
+    found = await card_showing(hw, needle)
+    before = _prompts(hw)
+    hw.world.tap(ADA, found, ADA, "Deny with reason")
+    await hw.tg.wait_for(lambda tg: _prompts(hw) > before, timeout=SLOW_MACHINE_SECONDS)
+    prompt = await hw.world.force_reply_prompt(ADA)
+    hw.tg.send_text(ADA, ADA, reason, reply_to=prompt.message_id)

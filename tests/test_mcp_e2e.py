@@ -1,0 +1,112 @@
+"""The MCP server and the gateway end to end: the SDK's own client over stdio, the agent
+host as a process, the built-in relay, the real bot against the Telegram stand-in, and a
+person tapping the cards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from agenthost_world import CLI, HostWorld, host_world
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from tapping import card_showing, deny_with_reason
+from world import ADA
+
+UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
+
+
+@asynccontextmanager
+async def mcp_client(hw: HostWorld, *args: str, env: dict[str, str] | None = None
+                     ) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], *args],
+                                   env={**hw.host.env, **(env or {})})
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def text(result: Any) -> str:
+    return "".join(part.text for part in result.content)
+
+
+def calls(record: Path) -> list[dict[str, Any]]:
+    if not record.exists():
+        return []
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+async def test_request_approval_and_ask_human(tmp_path: Path) -> None:
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        async with mcp_client(hw, "mcp") as session:
+            call = asyncio.create_task(session.call_tool("request_approval", {
+                "summary": "Rotate the staging database password", "tool": "rotate_password",
+                "arguments": {"database": "staging", "new_password": "s3cret-value-42"}}))
+            card = await card_showing(hw, "Rotate the staging database password")
+            assert "database: staging" in card.text
+            assert "<tg-spoiler>s3cret-value-42</tg-spoiler>" in (card.html or "")
+            hw.world.tap(ADA, card, ADA, "Approve")
+            result = await call
+            assert not result.is_error
+            assert text(result) == "approved by Ada Lovelace (@ada) in Telegram"
+
+            call = asyncio.create_task(session.call_tool("request_approval", {
+                "summary": "Delete the audit log", "tool": "delete_log"}))
+            await deny_with_reason(hw, "Delete the audit log", "we keep it for a year")
+            result = await call
+            assert result.is_error
+            assert text(result) == (
+                "denied by Ada Lovelace (@ada) in Telegram: we keep it for a year")
+
+            call = asyncio.create_task(session.call_tool("ask_human", {
+                "question": "Which region should I deploy to?",
+                "options": ["eu-west-1", "us-east-1"]}))
+            card = await card_showing(hw, "Which region should I deploy to?")
+            hw.world.tap(ADA, card, ADA, "eu-west-1")
+            result = await call
+            assert (result.is_error, text(result)) == (False, "eu-west-1")
+
+
+async def test_the_gateway_forwards_only_what_a_person_approves(tmp_path: Path) -> None:
+    record = tmp_path / "calls.jsonl"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tools]\n"read_*" = "allow"\n"write_*" = "deny"\n"*" = "ask"\n')
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        async with mcp_client(hw, "mcp", "gateway", "--policy", str(policy), "--",
+                              sys.executable, str(UPSTREAM),
+                              env={"UPSTREAM_RECORD": str(record)}) as session:
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "groceries"}))
+            card = await card_showing(hw, "name: groceries")
+            assert "An MCP client wants to call delete_note on notes" in card.text
+            assert "Delete the note called name." in card.text and "groceries" in card.text
+            assert calls(record) == []
+            hw.world.tap(ADA, card, ADA, "Approve")
+            result = await call
+            assert (result.is_error, text(result)) == (False, "deleted groceries")
+            assert calls(record) == [{"tool": "delete_note", "arguments": {"name": "groceries"}}]
+
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "taxes"}))
+            await deny_with_reason(hw, "name: taxes", "keep the taxes")
+            result = await call
+            assert result.is_error
+            assert text(result) == ("denied by Ada Lovelace (@ada) in Telegram: keep the taxes; "
+                                    "delete_note was not called")
+
+            cards = len(hw.world.cards(ADA))
+            allowed = await session.call_tool("read_note", {"name": "a"})
+            denied = await session.call_tool("write_note", {"name": "a", "text": "b"})
+            assert not allowed.is_error and denied.is_error
+            assert len(hw.world.cards(ADA)) == cards  # allow and deny never ask
+
+            # The client goes away while a card waits: the card is taken back.
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "old"}))
+            await card_showing(hw, "name: old")
+            call.cancel()
+        await card_showing(hw, "name: old", lambda m: m.buttons() == [])
+        assert [c["arguments"]["name"] for c in calls(record)] == ["groceries", "a"]
