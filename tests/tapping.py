@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agenthost_world import HostWorld
-from telegram_stub import StoredMessage
 from world import ADA
+
+from bot.playground.stub import StoredMessage
 
 SLOW_MACHINE_SECONDS = 30.0
 """How long a card may take to show: each one waits on process starts, which a busy
