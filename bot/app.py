@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from telegram import Chat, LinkPreviewOptions, User
 from telegram import error as tg_error
-from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaults
+from telegram.ext import Application, ApplicationBuilder, Defaults
 
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
 from bot.clock import SYSTEM_CLOCK, Clock
@@ -28,6 +28,7 @@ from bot.store import Store
 from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
+from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
 from bot.tg.worker import CardWorker
 
@@ -44,12 +45,7 @@ def build_application(config: Config) -> Application:  # type: ignore[type-arg]
         .token(config.token)
         .base_url(f"{config.api_url}/bot")
         .base_file_url(f"{config.api_url}/file/bot")
-        # A bucket of one refilled every 1/29 s: under Telegram's 30 requests a second
-        # in every window, even at the start of a burst (the default lets 30 through at
-        # once, then 30 a second).
-        .rate_limiter(
-            AIORateLimiter(overall_max_rate=1, overall_time_period=1 / 29, max_retries=3)
-        )
+        .rate_limiter(BotRateLimiter())
         .defaults(Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True)))
         .build()
     )

@@ -144,7 +144,9 @@ class Bridge:
         """The relay took an envelope: stop resending it, and record a decision as
         acknowledged in the audit trail."""
         now = self.now_ms()
-        with self._store.transaction():
+        # Not durable: lost with the power, the envelope is sent again and the agent's
+        # replay set drops it.
+        with self._store.transaction(durable=False):
             if not self._store.outbox.mark_sent(envelope_id, now):
                 return
             decision = self._store.items.decision_by_envelope(envelope_id)
@@ -529,17 +531,25 @@ class Bridge:
 
     # -- cards as the card worker shows them ------------------------------------------------
 
-    def card_posted(self, card: CardRow, message_id: int) -> None:
+    # What Telegram already shows is recorded without waiting for the disk: a killed
+    # process keeps it, and only a power loss can make the worker show it once more.
+
+    def card_posted(self, card: CardRow, message_id: int, shown: int | None = None) -> None:
+        """The card's message is out; with ``shown``, it also shows the state read at that
+        generation (nothing is left to attach)."""
         now = self.now_ms()
-        with self._store.transaction():
+        with self._store.transaction(durable=False):
             self._store.cards.posted(card.card_id, message_id, now)
             self._store.audit.append("card_posted", at=now, chat_id=card.chat_id,
                                      agent_id=card.agent_id, item_id=card.item_id,
                                      message_id=message_id)
+            if shown is not None:
+                self._store.cards.clean(card.card_id, shown)
 
     def card_shown(self, card_id: int, generation: int) -> None:
         """The card's message shows the state read at ``generation``."""
-        self._store.cards.clean(card_id, generation)
+        with self._store.transaction(durable=False):
+            self._store.cards.clean(card_id, generation)
 
     def card_message_gone(self, card_id: int) -> None:
         """Someone deleted the card's message: post it again."""
@@ -549,8 +559,11 @@ class Bridge:
         """The card's forum topic is gone: post it in the chat itself."""
         self._store.cards.clear_topic(card_id)
 
-    def card_attachment_sent(self, card_id: int) -> None:
-        self._store.cards.attachment_sent(card_id)
+    def card_attachment_sent(self, card_id: int, generation: int) -> None:
+        """The full content went out under the card, which shows ``generation``."""
+        with self._store.transaction(durable=False):
+            self._store.cards.attachment_sent(card_id)
+            self._store.cards.clean(card_id, generation)
 
 
 async def wait_until_paired(
