@@ -36,7 +36,7 @@ from bot.core.policy import (
 )
 from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
-from bot.protocol.envelope import open_envelope, seal
+from bot.protocol.envelope import Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.pairing import PairingUri, build_pair_request
 from bot.protocol.payloads import (
@@ -63,6 +63,8 @@ PAIRING_WINDOW_MS = 10 * 60 * 1000
 PAIRING_TIMEOUT_S = 30.0
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
+OFF_LOOP_BYTES = 64 * 1024
+"""Envelopes whose ciphertext is at least this long are opened in a thread."""
 
 
 @dataclass(frozen=True)
@@ -173,10 +175,30 @@ class Bridge:
                 replay=self._store.outbox,
             )
         except EnvelopeRefused as refusal:
-            level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
-            log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
-                    _short(raw.get("from")), refusal)
-            return NOTHING
+            return _dropped(raw, refusal)
+        return self._apply_opened(opened, now)
+
+    async def receive(self, raw: dict[str, object]) -> Changes:
+        """:meth:`handle_envelope`, with a large envelope decrypted and parsed in a thread
+        (pure work, up to a megabyte of JSON) so that the event loop keeps serving other
+        chats; only the replay check and the store's changes run on the loop."""
+        ct = raw.get("ct")
+        if not isinstance(ct, str) or len(ct) < OFF_LOOP_BYTES:
+            return self.handle_envelope(raw)
+        now = self.now_ms()
+        try:
+            opened = await asyncio.to_thread(
+                open_envelope, raw, me=self.identity, peers=self._known_cards(), now_ms=now,
+                replay=_NOT_CHECKED,
+            )
+            if self._store.outbox.seen(opened.envelope.id):
+                raise EnvelopeRefused(RefusalReason.REPLAY,
+                                      f"envelope {opened.envelope.id} already accepted")
+        except EnvelopeRefused as refusal:
+            return _dropped(raw, refusal)
+        return self._apply_opened(opened, now)
+
+    def _apply_opened(self, opened: Opened, now: int) -> Changes:
         envelope = opened.envelope
         with self._store.transaction():
             self._store.outbox.remember(envelope.id, envelope.ts, now)
@@ -575,6 +597,23 @@ async def wait_until_paired(
         while not bridge.pairing_done(agent_id):
             changed.clear()
             await changed.wait()
+
+
+class _NotChecked:
+    """A replay guard for opening off the loop: the caller checks the replay set after."""
+
+    def seen(self, envelope_id: str) -> bool:
+        return False
+
+
+_NOT_CHECKED = _NotChecked()
+
+
+def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> Changes:
+    level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
+    log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
+            _short(raw.get("from")), refusal)
+    return NOTHING
 
 
 def new_token() -> str:

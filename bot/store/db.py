@@ -73,6 +73,7 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (agent_id, item_id)
 );
 CREATE INDEX IF NOT EXISTS items_open ON items (state, expires_at);
+CREATE INDEX IF NOT EXISTS items_remind ON items (state, remind_at);
 CREATE TABLE IF NOT EXISTS cards (
     card_id INTEGER PRIMARY KEY AUTOINCREMENT,
     agent_id TEXT NOT NULL,

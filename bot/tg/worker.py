@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 RETRY_DELAY_S = 5.0
 MAX_RETRY_DELAY_S = 600.0
 STOP_TIMEOUT_S = 10.0
+OFF_LOOP_CHARS = 64 * 1024
+"""Items whose stored JSON is at least this long are drawn in a thread."""
 
 
 class CardWorker:
@@ -196,7 +198,8 @@ class CardWorker:
             bound=bound,
         )
         peer = view.agents.peer(card.agent_id)
-        rendered = render_card(
+        render = functools.partial(
+            render_card,
             self._renderer,
             item,
             status,
@@ -204,6 +207,12 @@ class CardWorker:
             secrets=policy.secrets,
             now=from_ms(self._clock.now_ms()),
         )
+        # A large item takes longer to draw than the loop may stall: draw it in a thread
+        # (this chat's cards still go out one after another; other chats go on meanwhile).
+        if len(item.body_json) >= OFF_LOOP_CHARS:
+            rendered = await asyncio.to_thread(render)
+        else:
+            rendered = render()
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound)
         attachment = None if card.attachment_sent else rendered.attachment
