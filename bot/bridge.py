@@ -254,11 +254,12 @@ class Bridge:
         log.info("paired with agent %s (%s)", sender.id[:8], name)
 
     def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
+        open_now = self._store.items.open_ids(agent_id)
         plan = plan_update(
             update,
             last_rev=self._store.agents.last_rev(agent_id),
-            known=self._known_item_ids(agent_id, update),
-            open_now=self._store.items.open_ids(agent_id),
+            known=self._known_item_ids(agent_id, update, open_now),
+            open_now=open_now,
         )
         if plan.stale:
             log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
@@ -288,10 +289,15 @@ class Bridge:
             topic_id = self.policy(chat_id).topic
         self._store.cards.add(agent_id, item_id, chat_id, topic_id, new_token())
 
-    def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
+    def _known_item_ids(
+        self, agent_id: str, update: InboxUpdate, open_now: set[str]
+    ) -> set[str]:
+        """The update's items the bot holds: those open now, and any closed before (only
+        items not open cost a query)."""
         items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
         ids = [item.id for item in items]
-        return {item_id for item_id in ids if self._store.items.has(agent_id, item_id)}
+        return {item_id for item_id in ids
+                if item_id in open_now or self._store.items.has(agent_id, item_id)}
 
     def _add_item(self, agent_id: str, item: Approval | Clarification, *, now: int) -> bool:
         """Hold a new item; False if the bot already holds one with this id."""
