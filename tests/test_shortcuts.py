@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ from bot.errors import PayloadError
 from bot.protocol.encoding import loads_limited
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
-from bot.protocol.payloads import parse_inbox_update, raw_payload
+from bot.protocol.payloads import Approval, Block, parse_inbox_update, raw_payload
+from bot.render import Renderer
 from bot.render.masking import MASK, masker
+from bot.render.renderer import RenderedCard
 from bot.store import Store
 from bot.tg.ratelimit import SlidingWindow
 
@@ -202,3 +205,25 @@ async def test_a_snapshot_does_not_bring_back_an_item_closed_before(
     f1 = store.items.get(agent.id, "f1")
     assert f1 is not None and f1.state == "approved"
     assert store.items.open_ids(agent.id) == {"f2"}
+
+
+# -- skeleton costs remembered across redraws ---------------------------------------------
+
+
+def test_an_overflowing_card_draws_the_same_with_remembered_skeletons() -> None:
+    blocks = tuple(Block("key_value", f"Key {i}", f"value {i} " * 40, "string")
+                   for i in range(300))
+    approval = Approval("g1", "configure", "Many rows", blocks, None)
+    now = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+    def draw(renderer: Renderer) -> RenderedCard:
+        return renderer.approval_card(approval, agent_name="agent", secrets="masked", now=now)
+
+    renderer = Renderer()
+    first = draw(renderer)
+    again = draw(renderer)  # every skeleton's cost remembered
+    fresh = draw(Renderer())  # none
+    assert first.attachment is not None
+    for other in (again, fresh):
+        assert (other.html, other.plain, other.attachment) == \
+            (first.html, first.plain, first.attachment)
