@@ -408,9 +408,11 @@ async def _memory(sizes: Sizes, tmp: Path) -> None:
         config.write_text(_config_toml(tg.api_url, tmp / "state"))
         database = load_config(str(config), environ=_bot_environment()).database_path
         log = tmp / "bot.log"
+        started = _now()
         async with _bot_process(config, log) as process:
             try:
                 await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
+                cold_start = _now() - started
                 idle_kib = _peak_rss_kib(process.pid)
                 for number in range(agent_count):
                     count = min(ITEMS_PER_UPDATE, sizes.open_items - number * ITEMS_PER_UPDATE)
@@ -433,6 +435,7 @@ async def _memory(sizes: Sizes, tmp: Path) -> None:
            f"from {agent_count} agent(s)")
     _title("  (all bound to one private chat; measured once the store holds every item,")
     _title("  while its cards still post at 1 per second)")
+    _row("cold start: process to first poll", f"{cold_start:.2f} s")
     _row("peak RSS, running and idle", _mib(idle_kib))
     _row(f"peak RSS, {sizes.open_items:,} items open", _mib(loaded_kib),
          f"idle {_mib(idle_kib)}",

@@ -9,7 +9,9 @@ own. In turn:
 1. a card of 6,500 secrets in 13,000 blocks (the card shows a few dozen, the attached file
    all): posted, tapped, decided and edited;
 2. an agent whose first ``inbox_update`` holds 1,000 items (the protocol's most);
-3. an agent whose inbox grows one item at a time, every update a complete snapshot;
+3. an agent whose inbox grows one item at a time, every update a complete snapshot (it
+   waits for the bot every :data:`GROW_WAVE` updates, as the relay keeps at most 64 MiB
+   from one sender for one recipient);
 4. more agents until 10,000 items are open, then one more approval, posted and decided.
 
 Floors, measured in this process in the same run: ``json.loads`` of the same payload text
@@ -51,6 +53,8 @@ GROW_GOAL_S = 1.0
 TIMEOUT_S = 600.0
 USER_BASE = 700_000
 PACE_S = 1.0
+GROW_WAVE = 25
+"""Snapshots the growing agent sends before it waits for the bot to catch up."""
 
 
 @dataclass(frozen=True)
@@ -66,14 +70,13 @@ QUICK = Sizes(secrets=650, snapshot=100, grow=50, open_items=300)
 
 
 def _secrets_approval(item_id: str, count: int) -> dict[str, Any]:
-    """``count`` secrets, each echoed in a row of its own: ``2 * count`` blocks."""
+    """``count`` secrets, each echoed in a row of its own: ``2 * count`` blocks, short
+    enough that 6,500 secrets fit in one envelope."""
     blocks: list[dict[str, Any]] = []
     for i in range(count):
-        secret = f"sk_live_{i:08d}{i * 7919 % 100_000:05d}"
-        blocks.append({"type": "key_value", "key": f"Key {i}", "value": secret,
-                       "value_type": "secret"})
-        blocks.append({"type": "key_value", "key": f"Row {i}",
-                       "value": f"value {i} uses {secret} here", "value_type": "string"})
+        secret = f"sk_{i:07d}"
+        blocks.append({"type": "field", "value": secret, "value_type": "secret"})
+        blocks.append({"type": "field", "value": f"r{i} {secret}"})
     return approval(item_id, tool="configure", summary=f"Rotate keys ({item_id})",
                     blocks={"v": 1, "blocks": blocks})
 
@@ -280,6 +283,8 @@ async def _scenarios(sizes: Sizes, bench: Bench) -> None:
     cpu_before = bot.cpu_s()
     for i in range(sizes.grow):
         grower.submit_approval(approval(f"grow{i:05d}"))
+        if i % GROW_WAVE == GROW_WAVE - 1:  # within the relay's share for one sender
+            await bench.holds(grower, i + 1)
     await bench.holds(grower, sizes.grow)
     cpu = bot.cpu_s() - cpu_before
     seen = await bot.report()
