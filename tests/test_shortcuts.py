@@ -227,3 +227,8 @@ def test_an_overflowing_card_draws_the_same_with_remembered_skeletons() -> None:
     for other in (again, fresh):
         assert (other.html, other.plain, other.attachment) == \
             (first.html, first.plain, first.attachment)
+
+
+def test_an_item_no_json_decoder_makes_is_still_judged_by_the_parser() -> None:
+    with pytest.raises(PayloadError, match=r"approvals\[0\]"):
+        parse_inbox_update(_inbox(1, [{"id": "h1", "tool": object(), "summary": "s"}]))

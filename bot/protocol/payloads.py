@@ -266,8 +266,12 @@ REMEMBERED_ITEM_CHARS = 4096
 """Larger items are parsed every time (their parse is small beside their size)."""
 
 
-def _item_text(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+def _item_text(obj: object) -> str | None:
+    """The item as JSON text; None for what no JSON decoder makes (it is parsed as it is)."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=REMEMBERED_ITEMS)
@@ -282,14 +286,14 @@ def _clarification_from_text(text: str) -> Clarification:
 
 def _remembered_approval(obj: object) -> Approval:
     text = _item_text(obj)
-    if len(text) > REMEMBERED_ITEM_CHARS:
+    if text is None or len(text) > REMEMBERED_ITEM_CHARS:
         return parse_approval(obj)
     return _approval_from_text(text)
 
 
 def _remembered_clarification(obj: object) -> Clarification:
     text = _item_text(obj)
-    if len(text) > REMEMBERED_ITEM_CHARS:
+    if text is None or len(text) > REMEMBERED_ITEM_CHARS:
         return parse_clarification(obj)
     return _clarification_from_text(text)
 
