@@ -16,6 +16,7 @@ import json
 import logging
 import secrets
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bot.clock import Clock, from_ms, to_ms
@@ -65,6 +66,8 @@ PAIRING_TIMEOUT_S = 30.0
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
 OFF_LOOP_BYTES = 64 * 1024
 """Envelopes whose ciphertext is at least this long are opened in a thread."""
+ENCODED_OFF_LOOP_BLOCKS = 64
+"""Approvals with this many blocks are also encoded for the store in that thread."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ class Bridge:
             )
         except EnvelopeRefused as refusal:
             return _dropped(raw, refusal)
-        return self._apply_opened(opened, now)
+        return self._apply_opened(opened, now, {})
 
     async def receive(self, raw: dict[str, object]) -> Changes:
         """:meth:`handle_envelope`, with a large envelope decrypted and parsed in a thread
@@ -187,22 +190,23 @@ class Bridge:
             return self.handle_envelope(raw)
         now = self.now_ms()
         try:
-            opened = await asyncio.to_thread(
-                open_envelope, raw, me=self.identity, peers=self._known_cards(), now_ms=now,
-                replay=_NOT_CHECKED,
+            opened, bodies = await asyncio.to_thread(
+                _open_and_encode, raw, me=self.identity, peers=self._known_cards(), now_ms=now
             )
             if self._store.outbox.seen(opened.envelope.id):
                 raise EnvelopeRefused(RefusalReason.REPLAY,
                                       f"envelope {opened.envelope.id} already accepted")
         except EnvelopeRefused as refusal:
             return _dropped(raw, refusal)
-        return self._apply_opened(opened, now)
+        return self._apply_opened(opened, now, bodies)
 
-    def _apply_opened(self, opened: Opened, now: int) -> Changes:
+    def _apply_opened(self, opened: Opened, now: int, bodies: Mapping[str, str]) -> Changes:
+        """Apply an opened envelope; ``bodies`` may hold its items' stored JSON by id,
+        already encoded."""
         envelope = opened.envelope
         with self._store.transaction():
             self._store.outbox.remember(envelope.id, envelope.ts, now)
-            changes = self._apply(opened.sender, opened.payload, now)
+            changes = self._apply(opened.sender, opened.payload, now, bodies)
         log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
         return changes | REDRAW
 
@@ -214,14 +218,16 @@ class Bridge:
                              PublicCard.from_json(json.loads(pairing.card_json)))
         return cards
 
-    def _apply(self, sender: PublicCard, payload: Payload, now: int) -> Changes:
+    def _apply(
+        self, sender: PublicCard, payload: Payload, now: int, bodies: Mapping[str, str]
+    ) -> Changes:
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
         elif self._store.agents.peer(sender.id) is None:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
-            self._apply_inbox_update(sender.id, payload, now)
+            self._apply_inbox_update(sender.id, payload, now, bodies)
         elif isinstance(payload, Notification):
             if not self._store.items.has(sender.id, payload.item_id):
                 peer = self._store.agents.peer(sender.id)
@@ -253,7 +259,9 @@ class Bridge:
                          user_id=pairing.requested_by, agent_name=name)
         log.info("paired with agent %s (%s)", sender.id[:8], name)
 
-    def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
+    def _apply_inbox_update(
+        self, agent_id: str, update: InboxUpdate, now: int, bodies: Mapping[str, str]
+    ) -> None:
         open_now = self._store.items.open_ids(agent_id)
         plan = plan_update(
             update,
@@ -266,7 +274,7 @@ class Bridge:
             return
         self._store.agents.set_rev(agent_id, update.rev, now)
         for item in plan.new_items:
-            if self._add_item(agent_id, item, now=now):
+            if self._add_item(agent_id, item, now=now, body_json=bodies.get(item.id)):
                 for binding in self._store.agents.bindings_for_agent(agent_id):
                     self._plan_card(agent_id, item.id, binding.chat_id, binding.topic_id)
         for gone in plan.gone:
@@ -299,8 +307,12 @@ class Bridge:
         return {item_id for item_id in ids
                 if item_id in open_now or self._store.items.has(agent_id, item_id)}
 
-    def _add_item(self, agent_id: str, item: Approval | Clarification, *, now: int) -> bool:
-        """Hold a new item; False if the bot already holds one with this id."""
+    def _add_item(
+        self, agent_id: str, item: Approval | Clarification, *, now: int,
+        body_json: str | None = None,
+    ) -> bool:
+        """Hold a new item (``body_json``: its stored form, if already encoded); False if
+        the bot already holds one with this id."""
         kind = "approval" if isinstance(item, Approval) else "clarification"
         created = item.created_at or from_ms(now)
         reminder = remind_at(created, item.expires_at)
@@ -308,7 +320,7 @@ class Bridge:
             agent_id,
             item.id,
             kind,
-            json.dumps(item_to_wire(item), ensure_ascii=False),
+            body_json or item_body(item),
             expires_at=to_ms(item.expires_at) if item.expires_at else None,
             remind_at=to_ms(reminder) if reminder else None,
             now_ms=now,
@@ -603,6 +615,25 @@ async def wait_until_paired(
         while not bridge.pairing_done(agent_id):
             changed.clear()
             await changed.wait()
+
+
+def item_body(item: Approval | Clarification) -> str:
+    """An item as the store keeps it."""
+    return json.dumps(item_to_wire(item), ensure_ascii=False)
+
+
+def _open_and_encode(
+    raw: dict[str, object], *, me: Identity, peers: Mapping[str, PublicCard], now_ms: int
+) -> tuple[Opened, dict[str, str]]:
+    """Open an envelope (replay set not checked) and encode its large items as the store
+    keeps them: the pure part of applying a large envelope, for a thread."""
+    opened = open_envelope(raw, me=me, peers=peers, now_ms=now_ms, replay=_NOT_CHECKED)
+    payload = opened.payload
+    bodies: dict[str, str] = {}
+    if isinstance(payload, InboxUpdate):
+        bodies = {approval.id: item_body(approval) for approval in payload.approvals
+                  if len(approval.blocks) >= ENCODED_OFF_LOOP_BLOCKS}
+    return opened, bodies
 
 
 class _NotChecked:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bot.bridge import OFF_LOOP_BYTES, Bridge
+from bot.bridge import OFF_LOOP_BYTES, Bridge, item_body
 from bot.clock import SYSTEM_CLOCK
 from bot.config import parse_config
 from bot.core.model import ItemRow, Peer, parse_item
@@ -22,7 +22,13 @@ from bot.errors import PayloadError
 from bot.protocol.encoding import loads_limited
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
-from bot.protocol.payloads import Approval, Block, parse_inbox_update, raw_payload
+from bot.protocol.payloads import (
+    Approval,
+    Block,
+    parse_approval,
+    parse_inbox_update,
+    raw_payload,
+)
 from bot.render import Renderer
 from bot.render.masking import MASK, masker
 from bot.render.renderer import RenderedCard
@@ -232,3 +238,18 @@ def test_an_overflowing_card_draws_the_same_with_remembered_skeletons() -> None:
 def test_an_item_no_json_decoder_makes_is_still_judged_by_the_parser() -> None:
     with pytest.raises(PayloadError, match=r"approvals\[0\]"):
         parse_inbox_update(_inbox(1, [{"id": "h1", "tool": object(), "summary": "s"}]))
+
+
+async def test_a_large_item_encoded_in_the_thread_is_stored_as_on_the_loop(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    blocks = [{"type": "field", "label": f"L{i}", "value": f"value {i} " * 5}
+              for i in range(2000)]
+    raw = _approval("k1", blocks={"v": 1, "blocks": blocks})
+    envelope = _sealed(bridge, agent, _inbox(1, [raw]))
+    assert len(str(envelope["ct"])) >= OFF_LOOP_BYTES
+    await bridge.receive(envelope)
+    stored = store.items.get(agent.id, "k1")
+    assert stored is not None
+    assert stored.body_json == item_body(parse_approval(raw))
