@@ -269,12 +269,18 @@ async def _scenarios(sizes: Sizes, bench: Bench) -> None:
     items = [approval(f"snap{i:05d}") for i in range(sizes.snapshot)]
     floor = _loads_s(json.dumps({"approvals": items}))
     await bot.report()
-    await bench.pair(next(users), items)
+    holder = await bench.pair(next(users), items)
     seen = await bot.report()
     applied = max(e[1] for e in seen["envelopes"])
+    holder.resolve("snap00000", "cancelled")  # the next snapshot: the others unchanged
+    await _until(lambda: _open_items(bench.database, holder.identity.id) < sizes.snapshot,
+                 "the bot to apply the next snapshot")
+    again = max(e[1] for e in (await bot.report())["envelopes"])
     print(f"   one inbox_update of {sizes.snapshot:,} items")
     _row(f"applying it (loop time; goal ≤ {_ms(SNAPSHOT_GOAL_S)})", _ms(applied),
          f"json.loads {_ms(floor)}", _verdict(applied <= SNAPSHOT_GOAL_S))
+    _row("the next, one item resolved (loop time)", _ms(again), "",
+         _verdict(again <= SNAPSHOT_GOAL_S))
     _stalls(seen)
 
     # 3. an inbox growing one item at a time
@@ -308,7 +314,9 @@ async def _scenarios(sizes: Sizes, bench: Bench) -> None:
     await bot.report()
     latencies = []
     for i in range(5):
-        await asyncio.sleep(PACE_S)  # the chat's pace: every card goes out at once
+        # Past the chat's pace (the last card's edit came about PACE_S after its post):
+        # every card goes out at once.
+        await asyncio.sleep(2 * PACE_S)
         agent.submit_approval(approval(f"late{i}"))
         latencies.append(await bench.decide(user, agent, f"(late{i})"))
     seen = await bot.report()

@@ -38,14 +38,16 @@ ALLOWED_UPDATES = ["message", "callback_query", "my_chat_member", "chat_member"]
 OnStart = Callable[[Chat, User], Awaitable[None]]
 
 
-def build_application(config: Config) -> Application:  # type: ignore[type-arg]
+def build_application(
+    config: Config, limiter: BotRateLimiter
+) -> Application:  # type: ignore[type-arg]
     """A PTB application for ``config``: HTML by default, link previews off, rate-limited."""
     return (
         ApplicationBuilder()
         .token(config.token)
         .base_url(f"{config.api_url}/bot")
         .base_file_url(f"{config.api_url}/file/bot")
-        .rate_limiter(BotRateLimiter())
+        .rate_limiter(limiter)
         .defaults(Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True)))
         .build()
     )
@@ -126,7 +128,8 @@ class Bot:
     async def _start(self, stack: contextlib.AsyncExitStack) -> Running:
         """Start every part, registering its shutdown on ``stack`` (undone in reverse)."""
         config = self._config
-        application = build_application(config)
+        limiter = BotRateLimiter()
+        application = build_application(config, limiter)
         try:
             await application.initialize()
         except tg_error.InvalidToken as exc:
@@ -146,7 +149,7 @@ class Bot:
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
         approvers = ApproverLookup(bot=application.bot, bridge=bridge)
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock)
+                            clock=self._clock, waited=limiter.waited)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, clock=self._clock)
         changed = asyncio.Event()

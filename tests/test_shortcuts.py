@@ -155,13 +155,19 @@ def test_a_commit_that_skips_the_disk_still_commits_and_leaves_the_next_one_dura
 async def test_the_window_lets_a_burst_through_and_then_keeps_its_limit() -> None:
     window = SlidingWindow(3, 0.2)
     loop = asyncio.get_running_loop()
-    starts = []
-    for _ in range(7):
-        await window.enter()
-        starts.append(loop.time())
+    starts: list[float] = []
+    ends: list[float] = []
+
+    async def request() -> None:
+        async with window.slot():
+            starts.append(loop.time())
+            await asyncio.sleep(0.01)
+            ends.append(loop.time())
+
+    await asyncio.gather(*(request() for _ in range(7)))
     assert starts[2] - starts[0] < 0.2  # the first three did not wait for each other
-    for earlier, later in zip(starts, starts[3:], strict=False):
-        assert later - earlier >= 0.2 - 1e-3  # never four in one window
+    for ended, later in zip(ends, starts[3:], strict=False):
+        assert later - ended >= 0.2 - 1e-3  # a fourth only a period after one ended
 
 
 # -- large envelopes opened in a thread ---------------------------------------------------

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
@@ -20,7 +20,7 @@ from bot.config import Config
 from bot.core.model import CardRow
 from bot.core.status import card_status, render_card
 from bot.errors import ChatMoved, ChatUnavailable, MessageGone, SkaldError, Throttled
-from bot.render import Renderer
+from bot.render import Attachment, RenderedCard, Renderer
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import keyboard
 
@@ -44,6 +44,7 @@ class CardWorker:
         renderer: Renderer,
         config: Config,
         clock: Clock,
+        waited: Callable[[int], float] = lambda _chat_id: 0.0,
     ) -> None:
         self._bridge = bridge
         self._view = bridge.view
@@ -51,6 +52,8 @@ class CardWorker:
         self._renderer = renderer
         self._config = config
         self._clock = clock
+        self._waited = waited
+        """How long the last request to a chat waited in the rate limiter."""
         self._wake = asyncio.Event()
         self._chats: dict[int, asyncio.Task[None]] = {}
         self._nudges: dict[int, asyncio.Event] = {}
@@ -162,8 +165,8 @@ class CardWorker:
 
     @contextlib.asynccontextmanager
     async def _paced(self, chat_id: int) -> AsyncIterator[None]:
-        """Keep ``chat_pace_s`` between the starts of two requests to a chat (the time a
-        request then waits in the rate limiter only adds to the gap)."""
+        """Keep ``chat_pace_s`` between the starts of two requests to a chat: the moments
+        they left the rate limiter."""
         now = self._clock.time()
         wait = max(
             self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
@@ -171,8 +174,11 @@ class CardWorker:
         )
         if wait > 0:
             await self._clock.sleep(wait)
-        self._last_send[chat_id] = self._clock.time()
-        yield
+        entered = self._clock.time()
+        try:
+            yield
+        finally:
+            self._last_send[chat_id] = entered + self._waited(chat_id)
 
     async def _show(self, card: CardRow) -> None:
         view = self._view
@@ -207,15 +213,20 @@ class CardWorker:
             secrets=policy.secrets,
             now=from_ms(self._clock.now_ms()),
         )
-        # A large item takes longer to draw than the loop may stall: draw it in a thread
-        # (this chat's cards still go out one after another; other chats go on meanwhile).
-        if len(item.body_json) >= OFF_LOOP_CHARS:
-            rendered = await asyncio.to_thread(render)
-        else:
+
+        def draw() -> tuple[RenderedCard, Attachment | None]:
             rendered = render()
+            return rendered, None if card.attachment_sent else rendered.attachment
+
+        # A large item takes longer to draw than the loop may stall: draw it (and its
+        # file) in a thread; this chat's cards still go out one after another, other
+        # chats go on meanwhile.
+        if len(item.body_json) >= OFF_LOOP_CHARS:
+            rendered, attachment = await asyncio.to_thread(draw)
+        else:
+            rendered, attachment = draw()
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound)
-        attachment = None if card.attachment_sent else rendered.attachment
         message_id = card.message_id
         if message_id is None:
             async with self._paced(card.chat_id):
