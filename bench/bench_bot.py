@@ -45,7 +45,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import httpx
-from telegram_stub import RecordedRequest, TelegramStub
 from world import (
     ADA,
     FAST_RELAY,
@@ -58,6 +57,7 @@ from world import (
 )
 
 from bot.config import load_config
+from bot.playground.stub import RecordedRequest, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer

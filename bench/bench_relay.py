@@ -1,38 +1,49 @@
-"""Relay round-trip latency and sustained throughput against a bare websockets floor.
+"""The built-in relay: one hop's latency, and many sessions at once, against bare floors.
 
-Through the built-in relay on loopback (its SQLite queue in a temporary folder, fsync on
-every commit), with two relay clients, an agent and a device:
+1. Round trip, through the built-in relay in this process (its SQLite queue in a temporary
+   folder, fsync on every commit), with two relay clients, an agent and a device: agent →
+   relay → device → ack, timed from the agent's send to the moment the device's ack has been
+   written (the relay reads it from loopback right after; its deletion is batched and not
+   waited for); and a burst through the same pair. Floor: a bare websockets echo server
+   measured in the same run, one send + echoed reply per round trip (nothing stored), and a
+   pipelined burst of messages of the same size.
+2. Many sessions: the relay as its own process (``python -m bot relay``), holding idle
+   sessions (1,000; 50 in quick mode) beside sender → receiver pairs (50; 5 in quick
+   mode) on raw WebSocket connections. Envelopes of 2.5 KiB have the right shape but random
+   ``ct`` and ``sig`` (the relay never opens them). Each receiver acks every delivery at
+   once. Measured: the most envelopes a second the relay carries (every sender keeps a
+   window of sends in flight), then delivery latency (a sender's ``send`` written → the
+   ``deliver`` read by its receiver) at a steady 3,000 a second, and the relay process's CPU
+   time per envelope. Floor: a forwarding server in its own process with the same frames
+   and connections that stores and checks nothing, measured the same way in the same run.
 
-- round trip (p50, p99): agent → relay → device → ack. The agent's client sends an
-  envelope; the relay queues it (one commit) and delivers it; the device's client hands it
-  to its handler and writes the ``ack`` to its socket. Timed from the agent's send to the
-  moment the device's ack has been written (the relay reads it from loopback right after;
-  its deletion is batched and not waited for);
-- throughput: the agent queues a burst of envelopes; envelopes per second until the
-  device's handler has received the last one and its ack has been written.
-
-The floor is a bare websockets echo server measured in the same run: one send + echoed
-reply per round trip (one message each way, nothing stored), and a pipelined burst of
-messages of the same size.
-Envelopes are sealed before timing starts: crypto is measured by ``bench_envelope``.
+Envelopes are sealed (or made) before timing starts: crypto is measured by
+``bench_envelope``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import re
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from bot.protocol.encoding import b64u_encode
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
-from bot.relay.client import MemoryOutbox, RelayClient
-from bot.relay.frames import MAX_FRAME_BYTES, deliver_frame, encode_envelope
+from bot.relay.client import MemoryOutbox, RelayClient, authenticate
+from bot.relay.frames import MAX_FRAME_BYTES, deliver_frame, encode_envelope, send_frame
 from bot.relay.server import RelayServer
 
 AGENT = Identity.from_seeds(b"\x01" * 32, b"\x02" * 32, "build-bot")
@@ -144,31 +155,369 @@ async def _floor_numbers(rounds: int, burst: int) -> tuple[list[float], float]:
     return latencies, rate
 
 
+def _header() -> None:
+    print(f"     {'':<34} {'relay':>12} {'floor':>12}   ratio")
+
+
+def _row(
+    label: str, ours: float, floor: float | None, shown: str, *, higher_is_better: bool = False
+) -> None:
+    """One line of a table: the figure, its floor measured in the same run, how far off."""
+    if floor is None:
+        print(f"     {label:<34} {shown.format(ours):>12}")
+        return
+    ratio = floor / ours if higher_is_better else ours / floor
+    print(f"     {label:<34} {shown.format(ours):>12} {shown.format(floor):>12}   {ratio:.1f}x")
+
+
 def _percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
+# --- 2. many sessions ----------------------------------------------------------------------
+
+ENVELOPE_BYTES = 2560
+SEND_WINDOW = 64
+"""Sends a sender keeps in flight (unanswered) when measuring the most the relay carries."""
+STEADY_RATE = 3000
+"""Envelopes a second, over all pairs, when measuring delivery latency."""
+FLOOD_RATE = 12_000
+"""Envelopes sent per second of the run when measuring the most the relay carries (as
+fast as it takes them)."""
+ID_KEY = '"id":"'
+
+
+def _fake_envelope(sender: str, recipient: str) -> str:
+    """A ``send`` frame around an envelope of the right shape, ``ENVELOPE_BYTES`` long."""
+    envelope = {
+        "v": 1,
+        "id": os.urandom(16).hex(),
+        "from": sender,
+        "to": recipient,
+        "ts": int(time.time() * 1000),
+        "ct": "",
+        "sig": b64u_encode(os.urandom(64)),
+    }
+    room = ENVELOPE_BYTES - len(encode_envelope(envelope))
+    envelope["ct"] = b64u_encode(os.urandom(room * 3 // 4))
+    return send_frame(encode_envelope(envelope))
+
+
+def _id_of(frame: str) -> str:
+    """The first ``id`` in a frame: the envelope's in ``send``/``deliver``, the one answered
+    in ``sent``/``error`` (read without parsing the JSON, as a load generator must)."""
+    start = frame.index(ID_KEY) + len(ID_KEY)
+    return frame[start : start + 32]
+
+
+@dataclass
+class _Load:
+    """What the pairs did: when each envelope was sent, and delivery latencies."""
+
+    sent_at: dict[str, float] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    delivered: int = 0
+    refused: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    target: int = 0
+
+    def arrived(self, envelope_id: str) -> None:
+        started = self.sent_at.pop(envelope_id, None)
+        if started is not None:
+            self.latencies.append(time.perf_counter() - started)
+        self.delivered += 1
+        if self.delivered >= self.target:
+            self.done.set()
+
+
+Connector = Callable[[Identity, str], Awaitable[ClientConnection]]
+"""Opens a session for an identity in a role (``idle``, ``send`` or ``receive``)."""
+
+
+async def _relay_connection(url: str, identity: Identity, role: str) -> ClientConnection:
+    ws = await connect(url, max_size=MAX_FRAME_BYTES, compression=None, ping_interval=None)
+    await authenticate(ws, identity)
+    return ws
+
+
+async def _floor_connection(url: str, identity: Identity, role: str) -> ClientConnection:
+    return await connect(
+        f"{url}/{role}/{identity.id}",
+        max_size=MAX_FRAME_BYTES,
+        compression=None,
+        ping_interval=None,
+    )
+
+
+async def _receive(ws: ClientConnection, load: _Load) -> None:
+    with contextlib.suppress(Exception):
+        async for frame in ws:
+            envelope_id = _id_of(str(frame))
+            load.arrived(envelope_id)
+            await ws.send('{"type":"ack","id":"' + envelope_id + '"}')
+
+
+async def _answers(ws: ClientConnection, load: _Load, window: asyncio.Semaphore) -> None:
+    with contextlib.suppress(Exception):
+        async for frame in ws:
+            if '"sent"' not in str(frame):
+                load.refused += 1
+            window.release()
+
+
+@dataclass(frozen=True)
+class _Figures:
+    rate: float
+    """Envelopes a second carried at saturation."""
+    latencies: list[float]
+    """Delivery latencies at the steady rate, in seconds."""
+    refused: int
+    carried: int
+    """Envelopes carried in all."""
+
+
+@dataclass
+class _Pair:
+    sender: Identity
+    receiver: Identity
+    send_ws: ClientConnection
+    receive_ws: ClientConnection
+
+
+async def _pairs_run(
+    connection: Connector,
+    pairs: int,
+    idle: int,
+    seconds: float,
+) -> _Figures:
+    """Open the sessions, then measure envelopes a second at saturation and latencies at
+    the steady rate."""
+    idle_sessions = [await connection(Identity.generate("idle"), "idle") for _ in range(idle)]
+    the_pairs = []
+    for _ in range(pairs):
+        sender, receiver = Identity.generate("s"), Identity.generate("r")
+        the_pairs.append(
+            _Pair(
+                sender,
+                receiver,
+                await connection(sender, "send"),
+                await connection(receiver, "receive"),
+            )
+        )
+    load = _Load()
+    windows = [asyncio.Semaphore(SEND_WINDOW) for _ in the_pairs]
+    tasks = [asyncio.create_task(_receive(p.receive_ws, load)) for p in the_pairs]
+    tasks += [
+        asyncio.create_task(_answers(p.send_ws, load, w))
+        for p, w in zip(the_pairs, windows, strict=False)
+    ]
+
+    async def flood(pair: _Pair, window: asyncio.Semaphore, frames: list[str]) -> None:
+        for frame in frames:
+            await window.acquire()
+            await pair.send_ws.send(frame)
+
+    # Warm-up: every receiver hears from its sender once (a contact from then on).
+    load.target = pairs
+    await asyncio.gather(
+        *(
+            flood(p, w, [_fake_envelope(p.sender.id, p.receiver.id)])
+            for p, w in zip(the_pairs, windows, strict=False)
+        )
+    )
+    await asyncio.wait_for(load.done.wait(), 60)
+
+    # Saturation: every sender keeps SEND_WINDOW sends in flight.
+    per_pair = max(int(FLOOD_RATE * seconds / pairs), SEND_WINDOW)
+    carried = pairs * (1 + per_pair)
+    frames = [
+        [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)] for p in the_pairs
+    ]
+    load.delivered, load.done = 0, asyncio.Event()
+    load.target = per_pair * pairs
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(flood(p, w, f) for p, w, f in zip(the_pairs, windows, frames, strict=False))
+    )
+    await asyncio.wait_for(load.done.wait(), 120)
+    rate = load.target / (time.perf_counter() - started)
+
+    # Steady rate: each sender sends on a fixed schedule; latency is send → deliver.
+    per_pair = max(int(STEADY_RATE * seconds / pairs), 1)
+    carried += pairs * per_pair
+    gap = pairs / STEADY_RATE
+    frames = [
+        [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)] for p in the_pairs
+    ]
+    load.delivered, load.done, load.latencies = 0, asyncio.Event(), []
+    load.target = per_pair * pairs
+
+    async def paced(
+        pair: _Pair, window: asyncio.Semaphore, frames: list[str], offset: float
+    ) -> None:
+        begin = time.perf_counter() + offset
+        for n, frame in enumerate(frames):
+            delay = begin + n * gap - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await window.acquire()
+            load.sent_at[_id_of(frame)] = time.perf_counter()
+            await pair.send_ws.send(frame)
+
+    await asyncio.gather(
+        *(
+            paced(p, w, f, gap * n / pairs)
+            for n, (p, w, f) in enumerate(zip(the_pairs, windows, frames, strict=False))
+        )
+    )
+    await asyncio.wait_for(load.done.wait(), 60)
+    for pair in the_pairs:
+        await pair.send_ws.close()
+        await pair.receive_ws.close()
+    for ws in idle_sessions:
+        await ws.close()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return _Figures(rate, load.latencies, load.refused, carried)
+
+
+@contextlib.asynccontextmanager
+async def _process(*args: str) -> AsyncIterator[tuple[str, int]]:
+    """A child process that prints ``listening on ws://…``; its URL and pid."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    url = None
+    while url is None:
+        line = (await process.stderr.readline()).decode()
+        if not line:
+            raise RuntimeError(f"{args} exited")
+        if found := re.search(r"listening on (ws://\S+)", line):
+            url = found.group(1)
+    drain = asyncio.create_task(process.stderr.read())
+    try:
+        yield url, process.pid
+    finally:
+        process.terminate()
+        await process.wait()
+        await drain
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _many_sessions(quick: bool) -> None:
+    pairs, idle, seconds = (5, 50, 0.1) if quick else (50, 1000, 5.0)
+    with tempfile.TemporaryDirectory() as folder:
+        relay_args = (
+            "-m",
+            "bot",
+            "relay",
+            "--port",
+            "0",
+            "--data",
+            folder,
+            "--idle-timeout",
+            "0",
+            "--max-unauthenticated-per-address",
+            str(2 * (idle + 2 * pairs)),
+            "--max-authenticated-per-address",
+            str(2 * (idle + 2 * pairs)),
+        )
+        async with _process(*relay_args) as (url, pid):
+            cpu = _cpu_seconds(pid)
+            ours = await _pairs_run(
+                lambda identity, role: _relay_connection(url, identity, role),
+                pairs,
+                idle,
+                seconds,
+            )
+            cpu = _cpu_seconds(pid) - cpu
+    async with _process(__file__, "--floor-server") as (url, pid):
+        floor_cpu = _cpu_seconds(pid)
+        floor = await _pairs_run(
+            lambda identity, role: _floor_connection(url, identity, role), pairs, idle, seconds
+        )
+        floor_cpu = _cpu_seconds(pid) - floor_cpu
+    print(
+        f"   {pairs} sender -> receiver pairs beside {idle} idle sessions, envelopes of"
+        f" {ENVELOPE_BYTES / 1024:.1f} KiB; floor: a forwarding server (nothing stored)"
+    )
+    _header()
+    _row("most carried (env/s)", ours.rate, floor.rate, "{:.0f}", higher_is_better=True)
+    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+        value = _percentile(ours.latencies, fraction) * 1000
+        bound = _percentile(floor.latencies, fraction) * 1000
+        _row(f"delivery {label} at {STEADY_RATE}/s (ms)", value, bound, "{:.2f}")
+    per_envelope = cpu / ours.carried * 1e6
+    floor_per_envelope = floor_cpu / floor.carried * 1e6
+    _row("process CPU per envelope (us)", per_envelope, floor_per_envelope, "{:.1f}")
+    _row(
+        "so one core carries (env/s)",
+        1e6 / per_envelope,
+        1e6 / floor_per_envelope,
+        "{:.0f}",
+        higher_is_better=True,
+    )
+    if ours.refused:
+        print(f"     ({ours.refused} sends refused)")
+
+
+async def _forward(ws: ServerConnection, receivers: dict[str, ServerConnection]) -> None:
+    """The floor's handler: ``/receive/<id>`` waits for deliveries, ``/send/<id>`` forwards
+    each frame to the receiver named in the path's pair and answers ``sent``."""
+    assert ws.request is not None
+    _, role, who = ws.request.path.rsplit("/", 2)
+    if role != "send":
+        receivers[who] = ws
+        async for _ in ws:  # acks: read and dropped
+            pass
+        return
+    async for frame in ws:
+        text = str(frame)
+        to = text.index('"to":"') + 6
+        await receivers[text[to : to + 32]].send(text)
+        await ws.send('{"type":"sent","id":"' + _id_of(text) + '"}')
+
+
+async def _serve_floor() -> None:
+    receivers: dict[str, ServerConnection] = {}
+    async with serve(
+        lambda ws: _forward(ws, receivers),
+        "127.0.0.1",
+        0,
+        max_size=MAX_FRAME_BYTES,
+        compression=None,
+        ping_interval=None,
+    ) as server:
+        port = server.sockets[0].getsockname()[1]
+        print(f"floor listening on ws://127.0.0.1:{port}", file=sys.stderr, flush=True)
+        await asyncio.Future()
+
+
 async def _run(quick: bool) -> None:
-    rounds, burst = (200, 1000) if quick else (2000, 10000)
+    rounds, burst = (100, 500) if quick else (2000, 10000)
     relay_latencies, relay_rate = await _relay_numbers(rounds, burst)
     floor_latencies, floor_rate = await _floor_numbers(rounds, burst)
     size = len(encode_envelope(_envelopes(1)[0]))
     print(f"   {rounds} round trips, burst of {burst}, envelopes of {size / 1024:.1f} KiB")
     print("   round trip: agent send -> relay (queued, fsync) -> device handler -> ack written;")
     print("   floor: a bare websockets echo (send + reply, nothing stored)")
+    _header()
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
         ours = _percentile(relay_latencies, fraction) * 1000
         floor = _percentile(floor_latencies, fraction) * 1000
-        print(
-            f"     round trip {label} {ours:8.2f} ms   floor {floor:8.2f} ms   "
-            f"ratio {ours / floor:.1f}x"
-        )
-    print(f"     round trip mean {statistics.fmean(relay_latencies) * 1000:7.2f} ms")
-    print(
-        f"     throughput {relay_rate:9.0f} env/s   floor {floor_rate:9.0f} msg/s   "
-        f"ratio {floor_rate / relay_rate:.1f}x"
-    )
+        _row(f"round trip {label} (ms)", ours, floor, "{:.2f}")
+    _row("round trip mean (ms)", statistics.fmean(relay_latencies) * 1000, None, "{:.2f}")
+    _row("throughput (env/s)", relay_rate, floor_rate, "{:.0f}", higher_is_better=True)
+    await _many_sessions(quick)
 
 
 def main(quick: bool) -> None:
@@ -176,4 +525,8 @@ def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(quick=False)
+    if sys.argv[1:] == ["--floor-server"]:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve_floor())
+    else:
+        main(quick="--quick" in sys.argv[1:])

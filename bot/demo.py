@@ -1,7 +1,9 @@
 """``skald-telegram demo`` and ``demo-agent``: try the bot in five minutes.
 
 ``demo`` runs everything in one process on embedded defaults: the built-in relay, a demo
-agent and the bot. The first person who sends ``/start`` to the bot gets the demo agent
+agent and the bot. Without a token (or with ``--playground``) it runs the playground
+(:mod:`bot.playground.session`): a local Telegram stand-in with a web page. With a token,
+against Telegram, the first person who sends ``/start`` to the bot gets the demo agent
 paired to their chat; the agent then asks for a realistic set of approvals and a question
 (:data:`DEMO_ITEMS`) and prints every decision and answer it receives, with who made it.
 
@@ -18,10 +20,9 @@ import copy
 import logging
 import os
 import secrets
-import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ import segno
 from telegram import Chat, User
 
 from bot.app import Bot, Running
+from bot.bridge import PAIRING_TIMEOUT_S
 from bot.config import DEFAULT_API_URL, load_config, parse_config
 from bot.errors import ConfigError, SkaldError
 from bot.keyfile import load_or_create_identity
@@ -40,6 +42,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import ApprovalDecision, ClarificationAnswer, Person
 from bot.relay.server import RelayServer
 from bot.render import Renderer
+from bot.signals import run_until_stopped
 from bot.testing.agent import Agent
 from bot.tg.gateway import Gateway
 
@@ -47,17 +50,17 @@ log = logging.getLogger(__name__)
 
 AGENT_NAME: Final = "Skald demo agent"
 EXPIRES_AFTER: Final = timedelta(minutes=15)
-PAIRING_TIMEOUT_S: Final = 30.0
 _WAIT_CHUNK_S: Final = 60.0
 
 NO_TOKEN_HELP: Final = """\
-skald-telegram demo needs a Telegram bot token. To get one:
+skald-telegram demo against Telegram needs a bot token. To get one:
 
   1. Open @BotFather in Telegram (https://t.me/BotFather).
   2. Send /newbot, then choose a name and a username ending in "bot".
   3. Copy the token BotFather replies with (it looks like 123456789:AAH...).
   4. In this terminal:  export TELEGRAM_BOT_TOKEN=123456789:AAH...
   5. Run again:         skald-telegram demo
+Without a token, skald-telegram demo starts the playground in your browser instead.
 """
 
 _COMMAND: Final = """\
@@ -196,7 +199,7 @@ class DemoAgent:
     def say(self, line: str) -> None:
         print(line, file=self._out, flush=True)
 
-    def submit(self, now: datetime) -> None:
+    def submit(self, now: datetime, where: str = "Telegram") -> None:
         """Ask for every item of the demo set."""
         for kind, item in demo_items(secrets.token_hex(3), now):
             if kind == "approval":
@@ -205,13 +208,17 @@ class DemoAgent:
             else:
                 self._titles[item["id"]] = str(item["question"])
                 self.agent.submit_clarification(item)
-        self.say(f"📨 Asked for {len(self._titles)} things; tap on them in Telegram.")
+        self.say(f"📨 Asked for {len(self._titles)} things; tap on them in {where}.")
 
     async def serve(self, stop: asyncio.Event, paired: Callable[[], bool]) -> None:
         """Wait until ``paired()``, ask the demo set, then report until ``stop`` is set."""
         if not await self.until(paired, stop):
             return
         self.submit(datetime.now(UTC))
+        await self.report(stop)
+
+    async def report(self, stop: asyncio.Event) -> None:
+        """Print every decision and answer the agent receives until ``stop`` is set."""
         while await self.until(self._news, stop):
             self._report()
 
@@ -338,43 +345,53 @@ def _warning(username: str) -> str:
 async def _pair_with_chat(running: Running, agent: Agent, chat: Chat, user: User,
                           demo: DemoAgent, renderer: Renderer) -> bool:
     """Pair the demo agent with the chat of the first ``/start`` and say so there."""
+    person = Person(user.full_name, user.id, user.username)
+    if await pair_chat(running, agent, chat.id, person, renderer):
+        place = chat.title or "a private chat"
+        demo.say(f"🔗 Paired the demo agent with {place} (chat {chat.id}) for {who(person)}.")
+        return True
+    demo.say("✗ Pairing with the first /start timed out; the next /start tries again.")
+    return False
+
+
+async def pair_chat(running: Running, agent: Agent, chat_id: int, person: Person,
+                    renderer: Renderer) -> bool:
+    """Pair the demo agent with the bot, bound to ``chat_id`` as asked by ``person``, and
+    say so in the chat; False if the agent did not accept in time."""
     uri = parse_pairing_uri(agent.new_pairing_uri())
-    running.bridge.start_pairing(uri, chat_id=chat.id, topic_id=None, requested_by=user.id)
-    running.relays.ensure(agent.relay_url)
+    running.apply(running.bridge.start_pairing(uri, chat_id=chat_id, topic_id=None,
+                                               requested_by=person.telegram_user_id))
     try:
-        await agent.wait_for(lambda _agent: running.bridge.pairing_done(uri.agent.id),
-                             timeout=PAIRING_TIMEOUT_S)
+        await running.wait_until_paired(uri.agent.id, timeout=PAIRING_TIMEOUT_S)
     except TimeoutError:
-        demo.say("✗ Pairing with the first /start timed out; the next /start tries again.")
         return False
     html = renderer.message("demo_paired", agent=agent.identity.name)
     try:
-        await Gateway(running.application.bot).send(chat.id, html)
+        await Gateway(running.application.bot).send(chat_id, html)
     except SkaldError as exc:
-        log.warning("could not announce the pairing in chat %s: %s", chat.id, exc)
-    place = chat.title or "a private chat"
-    demo.say(f"🔗 Paired the demo agent with {place} (chat {chat.id}) for "
-             f"{who(Person(user.full_name, user.id, user.username))}.")
+        log.warning("could not announce the pairing in chat %s: %s", chat_id, exc)
     return True
 
 
 def demo_command(args: argparse.Namespace) -> int:
-    """``skald-telegram demo``: exit 2 with the steps to get a token when there is none."""
+    """``skald-telegram demo``: the playground without a token (or with ``--playground``),
+    real Telegram with one; exit 2 with the steps to get a token when it is malformed."""
     token, api_url = _token_and_api_url(args.config)
-    if not token:
-        sys.stderr.write(NO_TOKEN_HELP)
-        return 2
+    if args.playground or not token:
+        from bot.playground.session import playground_command
+
+        return playground_command(args)
     if ":" not in token:
         sys.stderr.write("TELEGRAM_BOT_TOKEN does not look like a bot token (ID:SECRET).\n\n")
         sys.stderr.write(NO_TOKEN_HELP)
         return 2
-    _quiet_logs(args.verbose)
+    quiet_logs(args.verbose)
     options = DemoOptions(
         token=token,
         api_url=(args.api_url or api_url).rstrip("/"),
         state=Path(args.state) if args.state else None,
     )
-    return asyncio.run(_until_signalled(lambda stop: run_demo(options, stop=stop, out=sys.stdout)))
+    return asyncio.run(run_until_stopped(lambda stop: run_demo(options, stop=stop, out=sys.stdout)))
 
 
 def _token_and_api_url(config_argument: str | None) -> tuple[str, str]:
@@ -385,26 +402,10 @@ def _token_and_api_url(config_argument: str | None) -> tuple[str, str]:
     return os.environ.get("TELEGRAM_BOT_TOKEN", "").strip(), DEFAULT_API_URL
 
 
-def _quiet_logs(verbose: bool) -> None:
+def quiet_logs(verbose: bool) -> None:
     """Keep the terminal for the demo's own lines: only warnings, unless ``-v``."""
     if not verbose:
         logging.getLogger().setLevel(logging.WARNING)
-
-
-async def _until_signalled(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
-    """Run ``main(stop)`` with ``stop`` set by SIGTERM or Ctrl-C."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handled = []
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signum, stop.set)
-            handled.append(signum)
-    try:
-        return await main(stop)
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
 
 
 # -- demo-agent ----------------------------------------------------------------------------
@@ -453,12 +454,12 @@ async def run_demo_agent(options: DemoAgentOptions, *, stop: asyncio.Event, out:
 
 def demo_agent_command(args: argparse.Namespace) -> int:
     """``skald-telegram demo-agent``."""
-    _quiet_logs(args.verbose)
+    quiet_logs(args.verbose)
     options = DemoAgentOptions(
         relay=args.relay,
         name=args.name or AGENT_NAME,
         state=Path(args.state) if args.state else None,
     )
     return asyncio.run(
-        _until_signalled(lambda stop: run_demo_agent(options, stop=stop, out=sys.stdout))
+        run_until_stopped(lambda stop: run_demo_agent(options, stop=stop, out=sys.stdout))
     )

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from telegram_stub import TelegramStub
 from world import ADA, BOB, TOKEN, make_world, running_bot
 
 from bot.cli import main as cli_main
@@ -25,6 +24,7 @@ from bot.demo import (
     run_demo_agent,
     who,
 )
+from bot.playground.stub import TelegramStub
 from bot.protocol.payloads import Person
 
 TIMEOUT = 10.0
@@ -86,16 +86,17 @@ async def test_demo_pairs_the_first_start_asks_and_prints_decisions(tmp_path: Pa
     assert "sk_live" not in printed and TOKEN not in printed
 
 
-def test_demo_without_a_token_says_how_to_get_one(
+def test_demo_with_a_malformed_token_says_how_to_get_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "not-a-token")
     monkeypatch.delenv("SKALD_TELEGRAM_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
     assert cli_main(["demo"]) == 2
     err = capsys.readouterr().err
     for step in ("@BotFather", "/newbot", "export TELEGRAM_BOT_TOKEN=", "skald-telegram demo"):
         assert step in err
+    assert "not-a-token" not in err
 
 
 async def test_demo_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:

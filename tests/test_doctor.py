@@ -8,11 +8,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from telegram_stub import TelegramStub
 from world import ADA, TOKEN, World, make_world, running_bot
 
 from bot.cli import main as cli_main
 from bot.doctor import Check, diagnose, format_checks
+from bot.playground.stub import TelegramStub
 
 
 def write_config(tmp: Path, api_url: str, token: str = TOKEN) -> Path:

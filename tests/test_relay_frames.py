@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import binascii
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bot.errors import ProtocolError
+from bot.errors import EnvelopeRefused, ProtocolError, RefusalReason
+from bot.protocol.encoding import b64u_decode, b64u_encode
+from bot.protocol.envelope import MAX_ENVELOPE_BYTES, parse_envelope
+from bot.protocol.identity import is_id
 from bot.relay.frames import (
     MAX_FRAME_BYTES,
     Ack,
@@ -83,3 +89,88 @@ def test_binary_and_oversized_frames_are_refused() -> None:
 
 def test_error_frame_tolerates_odd_fields() -> None:
     assert parse_frame('{"type": "error", "code": 5, "id": "x"}') == Error("unknown")
+
+
+# The relay's hot path: what it checks on every frame must refuse exactly what it did.
+
+
+def _strict_b64u(text: str) -> bytes:
+    """The reference decoder: binascii's strict mode."""
+    if len(text) % 4 == 1 or not text.isascii() or any(c in text for c in "+/="):
+        raise ProtocolError("not unpadded base64url")
+    padding = b"=" * (-len(text) % 4)
+    standard = text.encode("ascii").translate(bytes.maketrans(b"-_", b"+/")) + padding
+    try:
+        data = binascii.a2b_base64(standard, strict_mode=True)
+    except binascii.Error as exc:
+        raise ProtocolError("not unpadded base64url") from exc
+    return data
+
+
+@given(st.text(alphabet="AQgw-_9z=+/ .\n\x00é", max_size=12))
+def test_base64url_decoding_refuses_what_strict_mode_refuses(text: str) -> None:
+    try:
+        expected: bytes | None = _strict_b64u(text)
+    except ProtocolError:
+        expected = None
+    try:
+        got: bytes | None = b64u_decode(text)
+    except ProtocolError:
+        got = None
+    if got is not None:
+        assert got == expected
+    elif expected is not None:  # refused only for stray trailing bits, as before
+        assert b64u_encode(expected) != text
+
+
+def test_is_id() -> None:
+    assert is_id("0123456789abcdef" * 2)
+    for wrong in ["0123456789ABCDEF" * 2, "0" * 31, "0" * 33, "g" * 32, "0" * 31 + "\n", 5]:
+        assert not is_id(wrong)
+
+
+def test_an_envelope_over_the_limit_because_of_escaped_headers_is_too_large() -> None:
+    header = "\x01" * 64  # 64 characters, 384 bytes as JSON
+    envelope: dict[str, object] = {"v": 1, "id": header, "from": header, "to": header, "ts": 1}
+    envelope |= {"ct": "A" * (MAX_ENVELOPE_BYTES - 600), "sig": "A" * 86}
+    refused = envelope_refusal(envelope)  # the headers' 1,200 bytes tip it over
+    assert refused is not None and refused.reason is RefusalReason.TOO_LARGE
+    envelope["ct"] = "A" * (MAX_ENVELOPE_BYTES - 2000)
+    refused = envelope_refusal(envelope)
+    assert refused is not None and refused.reason is RefusalReason.MALFORMED
+
+
+def envelope_refusal(envelope: dict[str, object]) -> EnvelopeRefused | None:
+    try:
+        parse_envelope(envelope)
+    except EnvelopeRefused as exc:
+        return exc
+    return None
+
+
+def test_compact_and_spaced_acks_parse_alike() -> None:
+    envelope_id = "ab" * 16
+    assert parse_frame(ack_frame(envelope_id)) == Ack(envelope_id)
+    assert parse_frame(json.dumps({"type": "ack", "id": envelope_id})) == Ack(envelope_id)
+    with pytest.raises(FrameError):
+        parse_frame(ack_frame("AB" * 16))
+
+
+@pytest.mark.parametrize(
+    ("frame", "cut"),
+    [
+        ('{"type":"send","envelope":{"id":"%s","a":1}}', True),
+        ('{"type":"send","envelope":{"id":"%s","a":{"envelope":1}}}', False),
+        ('{"type":"send","envelope":{"id":"%s"},"type":"send"}', False),
+        ('{"type":"send","envelope":{"id":"%s"} }', False),
+        ('{"type":"send","envelope":{"id":"%s","b":"x"},"envelope":{"id":"%s","b":"y"}}', False),
+        ('{"type": "send", "envelope": {"id": "%s"}}', False),
+        ('{"type":"send","envelope":{"id":"%s","note":"\\"envelope\\":"}}', True),
+    ],
+)
+def test_a_send_frames_envelope_text_is_exactly_its_envelope(frame: str, cut: bool) -> None:
+    parsed = parse_frame(frame.replace("%s", "ab" * 16))
+    assert isinstance(parsed, Send)
+    assert (parsed.text is not None) is cut
+    if parsed.text is not None:
+        assert json.loads(parsed.text) == parsed.envelope

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from bot.errors import StoreError
+from bot.relay.limits import QueueLimits
 from bot.relay.queue import (
     DB_NAME,
     SCHEMA_VERSION,
+    Acknowledged,
+    Batch,
     Incoming,
     PutResult,
-    QueueFull,
-    QueueLimits,
     RelayQueue,
 )
 
@@ -24,80 +25,110 @@ ALICE = "a" * 32
 BOB = "b" * 32
 CAROL = "c" * 32
 MALLORY = "d" * 32
+QUEUED = PutResult.QUEUED
 
 
 def _id(n: int) -> str:
     return f"{n:032x}"
 
 
-def item(recipient: str, n: int, body: str = "x", sender: str = CAROL) -> Incoming:
-    return Incoming(recipient, sender, _id(n), body)
+def item(
+    recipient: str, n: int, body: str = "x", sender: str = CAROL, address: str = ""
+) -> Incoming:
+    return Incoming(recipient, sender, _id(n), body, address)
+
+
+def open_queue(
+    path: Path, limits: QueueLimits | None = None, *, seen: str = ALICE + BOB
+) -> RelayQueue:
+    """A queue in which the recipients in ``seen`` have connected once."""
+    queue = RelayQueue.open(path, limits=limits)
+    queue.apply(Batch(connected=[seen[i : i + 32] for i in range(0, len(seen), 32)]), now_ms=0)
+    return queue
+
+
+def put(queue: RelayQueue, *items: Incoming, now_ms: int = 1) -> list[PutResult]:
+    return queue.apply(Batch(puts=list(items)), now_ms).results
+
+
+def ack(queue: RelayQueue, recipient: str, n: int) -> bool:
+    return queue.apply(Batch(acks=[Acknowledged(recipient, _id(n))]), now_ms=1).removed == 1
+
+
+def waiting(queue: RelayQueue, recipient: str) -> tuple[int, int]:
+    """Envelopes and bytes waiting for ``recipient``."""
+    rows = queue.pending(recipient, limit=1_000_000, max_bytes=1 << 40)
+    return len(rows), sum(row.size for row in rows)
 
 
 def test_oldest_first_and_ack(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path)
-    for n in range(3):
-        assert queue.put(item(ALICE, n, f"body{n}"), now_ms=1000)
-    queue.put(item(BOB, 9, "other"), now_ms=1000)
+    queue = open_queue(tmp_path)
+    assert put(queue, *(item(ALICE, n, f"body{n}") for n in range(3)), now_ms=1000) == [QUEUED] * 3
+    put(queue, item(BOB, 9, "other"), now_ms=1000)
     assert [q.body for q in queue.pending(ALICE)] == ["body0", "body1", "body2"]
     first = queue.pending(ALICE, limit=1)[0]
     assert [q.envelope_id for q in queue.pending(ALICE, after_seq=first.seq)] == [_id(1), _id(2)]
-    assert queue.ack(ALICE, _id(1))
-    assert not queue.ack(ALICE, _id(1))
-    assert not queue.ack(BOB, _id(0))  # acks only count for the recipient
+    assert ack(queue, ALICE, 1)
+    assert not ack(queue, ALICE, 1)
+    assert not ack(queue, BOB, 0)  # acks only count for the recipient
     assert [q.envelope_id for q in queue.pending(ALICE)] == [_id(0), _id(2)]
-    assert queue.count(ALICE) == 2
-    assert queue.bytes_for(ALICE) == len("body0") + len("body2")
+    assert waiting(queue, ALICE) == (2, len("body0") + len("body2"))
+    queue.close()
+
+
+def test_acks_make_room_for_puts_in_the_same_batch(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path, QueueLimits(recipient_count=1))
+    assert put(queue, item(ALICE, 1)) == [QUEUED]
+    batch = Batch(acks=[Acknowledged(ALICE, _id(1))], puts=[item(ALICE, 2)])
+    applied = queue.apply(batch, now_ms=2)
+    assert (applied.removed, applied.results) == (1, [QUEUED])
     queue.close()
 
 
 def test_same_id_from_the_same_sender_is_stored_once(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path)
-    assert queue.put(item(ALICE, 1), now_ms=1)
-    assert not queue.put(item(ALICE, 1), now_ms=2)
-    assert queue.put(item(BOB, 1), now_ms=2)
-    assert queue.count(ALICE) == 1
+    queue = open_queue(tmp_path)
+    assert put(queue, item(ALICE, 1)) == [QUEUED]
+    assert put(queue, item(ALICE, 1), now_ms=2) == [PutResult.DUPLICATE]
+    assert put(queue, item(BOB, 1), now_ms=2) == [QUEUED]
+    assert waiting(queue, ALICE)[0] == 1
     queue.close()
 
 
 def test_same_id_from_another_sender_is_another_envelope(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path)
-    assert queue.put(item(ALICE, 1, "from carol", sender=CAROL), now_ms=1)
-    assert queue.put(item(ALICE, 1, "from mallory", sender=MALLORY), now_ms=2)
+    queue = open_queue(tmp_path)
+    assert put(queue, item(ALICE, 1, "from carol", sender=CAROL)) == [QUEUED]
+    assert put(queue, item(ALICE, 1, "from mallory", sender=MALLORY), now_ms=2) == [QUEUED]
     assert [q.body for q in queue.pending(ALICE)] == ["from carol", "from mallory"]
-    assert queue.ack(ALICE, _id(1))  # the oldest: delivered, so acknowledged, first
+    assert ack(queue, ALICE, 1)  # the oldest: delivered, so acknowledged, first
     assert [q.body for q in queue.pending(ALICE)] == ["from mallory"]
-    assert queue.ack(ALICE, _id(1))
-    assert queue.count(ALICE) == 0 and queue.total_bytes == 0
+    assert ack(queue, ALICE, 1)
+    assert waiting(queue, ALICE) == (0, 0)
     queue.close()
 
 
 def test_envelope_cap_per_recipient(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_count=2))
-    queue.put(item(ALICE, 1), now_ms=1)
-    queue.put(item(ALICE, 2, sender=MALLORY), now_ms=1)
-    with pytest.raises(QueueFull):
-        queue.put(item(ALICE, 3), now_ms=1)
-    assert not queue.put(item(ALICE, 2, sender=MALLORY), now_ms=1)  # a duplicate is not refused
-    assert queue.put(item(BOB, 3), now_ms=1)
-    queue.ack(ALICE, _id(1))
-    assert queue.put(item(ALICE, 3), now_ms=1)
+    queue = open_queue(tmp_path, QueueLimits(recipient_count=2))
+    assert put(queue, item(ALICE, 1), item(ALICE, 2, sender=MALLORY)) == [QUEUED, QUEUED]
+    assert put(queue, item(ALICE, 3)) == [PutResult.FULL]
+    # A duplicate is not refused:
+    assert put(queue, item(ALICE, 2, sender=MALLORY)) == [PutResult.DUPLICATE]
+    assert put(queue, item(BOB, 3)) == [QUEUED]
+    assert ack(queue, ALICE, 1)
+    assert put(queue, item(ALICE, 3)) == [QUEUED]
     queue.close()
 
 
 def test_byte_caps(tmp_path: Path) -> None:
     limits = QueueLimits(recipient_bytes=100, sender_bytes=60, total_bytes=150)
-    queue = RelayQueue.open(tmp_path, limits=limits)
-    results = queue.put_many(
-        [
-            item(ALICE, 1, "m" * 50, sender=MALLORY),
-            item(ALICE, 2, "m" * 20, sender=MALLORY),  # over mallory's share of alice's queue
-            item(ALICE, 3, "c" * 50, sender=CAROL),
-            item(ALICE, 4, "c" * 10, sender=CAROL),  # over alice's 100 bytes
-            item(BOB, 5, "c" * 50, sender=CAROL),
-            item(BOB, 6, "m" * 10, sender=MALLORY),  # over the relay's 150 bytes
-        ],
-        now_ms=1,
+    queue = open_queue(tmp_path, limits)
+    results = put(
+        queue,
+        item(ALICE, 1, "m" * 50, sender=MALLORY),
+        item(ALICE, 2, "m" * 20, sender=MALLORY),  # over mallory's share of alice's queue
+        item(ALICE, 3, "c" * 50, sender=CAROL),
+        item(ALICE, 4, "c" * 10, sender=CAROL),  # over alice's 100 bytes
+        item(BOB, 5, "c" * 50, sender=CAROL),
+        item(BOB, 6, "m" * 10, sender=MALLORY),  # over the relay's 150 bytes
     )
     assert results == [
         PutResult.QUEUED,
@@ -107,26 +138,83 @@ def test_byte_caps(tmp_path: Path) -> None:
         PutResult.QUEUED,
         PutResult.RELAY_FULL,
     ]
-    assert (queue.bytes_for(ALICE), queue.bytes_for(BOB), queue.total_bytes) == (100, 50, 150)
-    assert queue.ack(ALICE, _id(1))
-    assert queue.put(item(ALICE, 2, "m" * 20, sender=MALLORY), now_ms=1)
+    assert (waiting(queue, ALICE)[1], waiting(queue, BOB)[1]) == (100, 50)
+    assert ack(queue, ALICE, 1)
+    assert put(queue, item(ALICE, 2, "m" * 20, sender=MALLORY)) == [QUEUED]
     queue.close()
 
 
 def test_envelope_cap_per_sender(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path, limits=QueueLimits(sender_count=1))
-    assert queue.put_many([item(ALICE, 1), item(ALICE, 2)], now_ms=1) == [
-        PutResult.QUEUED,
-        PutResult.SENDER_FULL,
+    queue = open_queue(tmp_path, QueueLimits(sender_count=1))
+    assert put(queue, item(ALICE, 1), item(ALICE, 2)) == [QUEUED, PutResult.SENDER_FULL]
+    assert put(queue, item(ALICE, 2, sender=MALLORY)) == [QUEUED]
+    queue.close()
+
+
+def test_strangers_share_a_small_part_of_a_queue(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path, QueueLimits(recipient_count=10, stranger_count=3))
+    assert put(queue, item(ALICE, 0, sender=CAROL)) == [QUEUED]
+    assert ack(queue, ALICE, 0)  # carol is now alice's contact
+    # Any number of throwaway identities share three places in alice's queue ...
+    fakes = [f"{n:x}" * 32 for n in range(5, 10)]
+    results = put(queue, *(item(ALICE, 10 + n, sender=fake) for n, fake in enumerate(fakes)))
+    assert results == [QUEUED] * 3 + [PutResult.STRANGERS_FULL] * 2
+    # ... and her contact still has the rest.
+    assert put(queue, *(item(ALICE, 20 + n) for n in range(7))) == [QUEUED] * 7
+    assert put(queue, item(ALICE, 30)) == [PutResult.FULL]
+    # A stranger whose envelope alice acknowledges becomes a contact: it leaves the share.
+    assert ack(queue, ALICE, 10)
+    assert ack(queue, ALICE, 20)
+    assert put(queue, item(ALICE, 31, sender=fakes[3])) == [QUEUED]
+    queue.close()
+    reopened = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_count=10, stranger_count=3))
+    assert put(reopened, item(ALICE, 32, sender=fakes[4])) == [PutResult.STRANGERS_FULL]
+    assert put(reopened, item(ALICE, 33, sender=fakes[0])) == [QUEUED]  # a contact
+    reopened.close()
+
+
+def test_recipients_that_never_connected_get_a_small_short_lived_queue(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path, QueueLimits(unseen_count=2), seen=ALICE)
+    assert put(queue, *(item(BOB, n) for n in range(3)), now_ms=100) == [
+        QUEUED,
+        QUEUED,
+        PutResult.UNSEEN_FULL,
     ]
-    assert queue.put(item(ALICE, 2, sender=MALLORY), now_ms=1)
+    assert put(queue, *(item(ALICE, 10 + n) for n in range(3)), now_ms=100) == [QUEUED] * 3
+    # Purging: seven days for alice, one for bob, who never connected.
+    assert queue.purge(older_than_ms=50, unseen_older_than_ms=150) == 2
+    assert (waiting(queue, ALICE)[0], waiting(queue, BOB)[0]) == (3, 0)
+    queue.apply(Batch(connected=[BOB]), now_ms=200)
+    assert put(queue, *(item(BOB, 20 + n) for n in range(3)), now_ms=200) == [QUEUED] * 3
+    assert queue.purge(older_than_ms=50, unseen_older_than_ms=250) == 0
+    queue.close()
+
+
+def test_envelope_and_byte_caps_per_address(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path, QueueLimits(address_count=3, address_bytes=100))
+    results = put(
+        queue,
+        item(ALICE, 1, sender=CAROL, address="192.0.2.7"),
+        item(BOB, 2, sender=MALLORY, address="192.0.2.7"),
+        item(ALICE, 3, "m" * 99, sender=MALLORY, address="192.0.2.7"),  # over 100 bytes
+        item(BOB, 4, sender=CAROL, address="192.0.2.7"),
+        item(BOB, 5, sender=CAROL, address="192.0.2.7"),  # a fourth envelope
+        item(BOB, 6, sender=CAROL, address="198.51.100.1"),
+    )
+    assert results == [
+        QUEUED,
+        QUEUED,
+        PutResult.ADDRESS_FULL,
+        QUEUED,
+        PutResult.ADDRESS_FULL,
+        QUEUED,
+    ]
     queue.close()
 
 
 def test_pending_is_paged_by_bytes(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path)
-    for n, size in enumerate([40, 40, 40, 200, 10]):
-        queue.put(item(ALICE, n, "x" * size), now_ms=1)
+    queue = open_queue(tmp_path)
+    put(queue, *(item(ALICE, n, "x" * size) for n, size in enumerate([40, 40, 40, 200, 10])))
     pages: list[list[int]] = []
     after = 0
     while page := queue.pending(ALICE, after_seq=after, max_bytes=100):
@@ -138,16 +226,15 @@ def test_pending_is_paged_by_bytes(tmp_path: Path) -> None:
 
 
 def test_purge_and_reopen(tmp_path: Path) -> None:
-    queue = RelayQueue.open(tmp_path)
-    queue.put(item(ALICE, 1, "old"), now_ms=100)
-    queue.put(item(ALICE, 2, "new"), now_ms=200)
+    queue = open_queue(tmp_path)
+    put(queue, item(ALICE, 1, "old"), now_ms=100)
+    put(queue, item(ALICE, 2, "new"), now_ms=200)
     assert queue.purge(older_than_ms=150) == 1
-    assert queue.bytes_for(ALICE) == 3
+    assert waiting(queue, ALICE) == (1, 3)
     queue.close()
     reopened = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_bytes=5))
     assert [q.body for q in reopened.pending(ALICE)] == ["new"]
-    assert reopened.count(ALICE) == 1
-    assert reopened.put_many([item(ALICE, 3, "abc")], now_ms=300) == [PutResult.FULL]
+    assert put(reopened, item(ALICE, 3, "abc"), now_ms=300) == [PutResult.FULL]
     reopened.close()
 
 
@@ -176,9 +263,18 @@ def test_the_first_schema_is_upgraded(tmp_path: Path) -> None:
     db.close()
     queue = RelayQueue.open(tmp_path)
     assert [q.body for q in queue.pending(ALICE)] == [body]
-    assert queue.bytes_for(ALICE) == len(body.encode("utf-8"))
-    assert not queue.put(item(ALICE, 1, body, sender=CAROL), now_ms=2)  # the same envelope
-    assert queue.put(item(ALICE, 1, body, sender=MALLORY), now_ms=2)  # the sender now counts
+    assert waiting(queue, ALICE) == (1, len(body.encode("utf-8")))
+    assert put(queue, item(ALICE, 1, body, sender=CAROL)) == [PutResult.DUPLICATE]
+    assert put(queue, item(ALICE, 1, body, sender=MALLORY)) == [QUEUED]  # the sender counts
+    queue.close()
+    # What was queued keeps the limits it came under: alice counts as connected, and
+    # carol as her contact.
+    strict = QueueLimits(unseen_count=0, stranger_count=0)
+    queue = RelayQueue.open(tmp_path, limits=strict)
+    assert put(queue, item(ALICE, 2, sender=CAROL), item(BOB, 3, sender=CAROL)) == [
+        QUEUED,
+        PutResult.UNSEEN_FULL,
+    ]
     queue.close()
     version = sqlite3.connect(tmp_path / DB_NAME).execute("PRAGMA user_version").fetchone()
     assert version == (SCHEMA_VERSION,)

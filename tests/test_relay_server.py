@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import resource
 import signal
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidMessage, InvalidStatus
 
 from bot.protocol.encoding import b64u_decode, b64u_encode
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
@@ -22,26 +25,17 @@ from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.protocol.relayauth import auth_frame
 from bot.relay.frames import DELIVER_WINDOW, encode_envelope
-from bot.relay.queue import Incoming, RelayQueue
-from bot.relay.server import PRE_AUTH_FRAME_BYTES, RelayServer
+from bot.relay.limits import ConnectionLimits
+from bot.relay.queue import Batch, Incoming, PutResult, RelayQueue
+from bot.relay.server import (
+    MAX_REFUSED_FRAMES,
+    PRE_AUTH_FRAME_BYTES,
+    WARNINGS_PER_MINUTE,
+    RelayServer,
+    address_key,
+)
 
 TIMEOUT = 5.0
-
-
-@pytest.fixture
-async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
-    async with RelayServer(tmp_path / "relay", queue_cap=3) as server:
-        yield server
-
-
-@pytest.fixture
-def alice() -> Identity:
-    return Identity.generate("alice")
-
-
-@pytest.fixture
-def bob() -> Identity:
-    return Identity.generate("bob")
 
 
 async def recv(ws: ClientConnection) -> dict[str, object]:
@@ -244,16 +238,17 @@ async def test_second_session_replaces_the_first(
     await second.close()
 
 
-async def test_queue_cap(relay: RelayServer, alice: Identity, bob: Identity) -> None:
-    a = await session(relay.url, alice)
-    for n in range(3):
-        await send(a, {"type": "send", "envelope": envelope(alice, bob, n)})
-        assert (await recv(a))["type"] == "sent"
-    env = envelope(alice, bob, 3)
-    await send(a, {"type": "send", "envelope": env})
-    refused = await recv(a)
-    assert (refused["code"], refused["id"]) == ("queue_full", env["id"])
-    await a.close()
+async def test_queue_cap(tmp_path: Path, alice: Identity, bob: Identity) -> None:
+    async with RelayServer(tmp_path, queue_cap=3) as relay:
+        a = await session(relay.url, alice)
+        for n in range(3):
+            await send(a, {"type": "send", "envelope": envelope(alice, bob, n)})
+            assert (await recv(a))["type"] == "sent"
+        env = envelope(alice, bob, 3)
+        await send(a, {"type": "send", "envelope": env})
+        refused = await recv(a)
+        assert (refused["code"], refused["id"]) == ("queue_full", env["id"])
+        await a.close()
 
 
 def size(env: dict[str, object]) -> int:
@@ -361,6 +356,7 @@ async def test_large_frames_before_auth_are_refused(relay: RelayServer) -> None:
 
 async def test_deliveries_wait_for_acks(tmp_path: Path, alice: Identity, bob: Identity) -> None:
     async with RelayServer(tmp_path) as relay:
+        await (await session(relay.url, bob)).close()  # known to the relay: a full queue
         a = await session(relay.url, alice)
         envs = [envelope(alice, bob, n) for n in range(DELIVER_WINDOW + 2)]
         assert set(await send_all(a, envs)) == {"sent"}
@@ -397,7 +393,8 @@ async def test_queue_survives_a_restart_and_expires(
     data = tmp_path / "relay"
     queue = RelayQueue.open(data)
     expired = envelope(alice, bob, 0)
-    queue.put(Incoming(bob.id, alice.id, str(expired["id"]), json.dumps(expired)), now_ms=1)
+    put = Incoming(bob.id, alice.id, str(expired["id"]), json.dumps(expired))
+    assert queue.apply(Batch(puts=[put]), now_ms=1).results == [PutResult.QUEUED]
     queue.close()
     kept = envelope(alice, bob, 1)
     async with RelayServer(data) as first:
@@ -440,3 +437,251 @@ async def test_relay_command_runs_until_sigterm(tmp_path: Path, alice: Identity)
         assert await process.wait() == 0
     assert "shutting down" in rest
     assert (tmp_path / "d" / "relay-queue.sqlite3").exists()
+
+
+# The relay as an internet-facing service: what one address can hold, and for how long.
+
+
+async def challenged(url: str) -> ClientConnection:
+    """A connection that got its challenge and does not authenticate."""
+    ws = await connect(url)
+    assert (await recv(ws))["type"] == "challenge"
+    return ws
+
+
+async def refused_at_once(url: str) -> bool:
+    """Whether the relay closes a new connection before its handshake ends, and fast."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            ws = await connect(url, open_timeout=TIMEOUT)
+    except (InvalidMessage, OSError, ConnectionClosed):
+        assert time.monotonic() - started < 1.0, "refused, but left hanging"
+        return True
+    await ws.close()
+    return False
+
+
+async def test_unauthenticated_connections_per_address_are_capped(tmp_path: Path) -> None:
+    limits = ConnectionLimits(unauthenticated_per_address=3)
+    async with RelayServer(tmp_path, connections=limits) as relay:
+        waiting = [await challenged(relay.url) for _ in range(3)]
+        assert await refused_at_once(relay.url)
+        await waiting.pop().close()
+        async with asyncio.timeout(TIMEOUT):
+            while await refused_at_once(relay.url):  # until the relay has seen the close
+                await asyncio.sleep(0.01)
+        waiting.append(await challenged(relay.url))  # room again
+        for ws in waiting:
+            await ws.close()
+
+
+async def test_sessions_per_address_are_capped(tmp_path: Path, alice: Identity) -> None:
+    limits = ConnectionLimits(unauthenticated_per_address=2, authenticated_per_address=3)
+    async with RelayServer(tmp_path, connections=limits) as relay:
+        identities = [Identity.generate(f"x{n}") for n in range(3)]
+        sessions = [await session(relay.url, identity) for identity in identities]
+        ws = await connect(relay.url)  # sessions leave room for connections to authenticate
+        challenge = await recv(ws)
+        await send(ws, auth_frame(alice, b64u_decode(str(challenge["nonce"]))))
+        assert await closed_code(ws) == 1013  # a fourth session from this address
+        # An identity reconnecting from the same address replaces its own session.
+        again = await session(relay.url, identities[0])
+        assert await closed_code(sessions[0]) == 4409
+        await again.close()
+        for ws in sessions[1:]:
+            await ws.close()
+
+
+async def test_connections_in_all_are_capped(tmp_path: Path) -> None:
+    async with RelayServer(tmp_path, connections=ConnectionLimits(total=2)) as relay:
+        first, second = await challenged(relay.url), await challenged(relay.url)
+        assert await refused_at_once(relay.url)
+        await first.close()
+        await second.close()
+
+
+async def test_sessions_that_carry_nothing_are_closed(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    async with RelayServer(tmp_path, idle_timeout=0.3) as relay:
+        idle = await session(relay.url, alice)
+        busy = await session(relay.url, bob)
+        started = time.monotonic()
+        while time.monotonic() - started < 0.6:
+            await send(busy, {"type": "ack", "id": "f" * 32})  # carries something
+            await asyncio.sleep(0.05)
+        assert await closed_code(idle) == 1000
+        assert idle.close_reason == "idle"
+        await send(busy, {"type": "bogus"})
+        assert (await recv(busy))["code"] == "bad_frame"
+        await busy.close()
+
+
+async def test_a_connection_is_closed_after_refused_frames(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    before_auth = await challenged(relay.url)
+    for _ in range(MAX_REFUSED_FRAMES):
+        await before_auth.send("junk")
+    assert await closed_code(before_auth) == 1008
+    a = await session(relay.url, alice)
+    for _ in range(MAX_REFUSED_FRAMES - 1):
+        await a.send("junk")
+        assert (await recv(a))["code"] == "bad_frame"
+    await send(a, {"type": "send", "envelope": envelope(alice, bob)})
+    assert (await recv(a))["type"] == "sent"  # an accepted frame starts the count again
+    for _ in range(MAX_REFUSED_FRAMES):
+        await a.send("junk")
+    for _ in range(MAX_REFUSED_FRAMES):
+        assert (await recv(a))["code"] == "bad_frame"  # every answer comes before the close
+    assert await closed_code(a) == 1008
+
+
+async def test_junk_floods_give_a_few_log_lines(
+    relay: RelayServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    for _ in range(200):
+        ws = await connect(relay.url)
+        for _ in range(50):  # junk before auth, without reading the answers
+            await ws.send("junk")
+        await ws.wait_closed()
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 0 < len(lines) <= WARNINGS_PER_MINUTE
+    assert len(caplog.records) < 100
+
+
+async def test_throwaway_identities_cannot_fill_a_real_agents_queue(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    async with RelayServer(tmp_path, queue_cap=40, stranger_queue_cap=8) as relay:
+        a = await session(relay.url, alice)
+        b = await session(relay.url, bob)
+        hello = envelope(alice, bob)
+        assert await send_all(a, [hello]) == ["sent"]
+        assert (await recv(b))["envelope"] == hello
+        await send(b, {"type": "ack", "id": hello["id"]})  # bob has heard from alice
+        await b.close()
+        answers: list[str] = []
+        for n in range(5):
+            fake = Identity.generate(f"fake{n}")
+            f = await session(relay.url, fake)
+            answers += await send_all(f, [envelope(fake, bob, k) for k in range(10)])
+            await f.close()
+        assert answers.count("sent") == 8
+        # Bob's real correspondent still has the rest of his queue.
+        assert set(await send_all(a, [envelope(alice, bob, n) for n in range(32)])) == {"sent"}
+        await a.close()
+
+
+async def test_one_address_has_a_quota_across_identities(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    carol = Identity.generate("carol")
+    async with RelayServer(tmp_path, address_queue_cap=3) as relay:
+        for identity in (alice, bob, carol):
+            await (await session(relay.url, identity)).close()
+        a = await session(relay.url, alice)
+        c = await session(relay.url, carol)
+        assert await send_all(a, [envelope(alice, bob, n) for n in range(2)]) == ["sent"] * 2
+        answers = await send_all(c, [envelope(carol, bob), envelope(carol, alice)])
+        assert answers == ["sent", "queue_full"]
+        await a.close()
+        await c.close()
+
+
+async def test_recipients_that_never_connected_get_a_small_queue(
+    tmp_path: Path, alice: Identity, bob: Identity
+) -> None:
+    async with RelayServer(tmp_path, unseen_queue_cap=2) as relay:
+        a = await session(relay.url, alice)
+        envs = [envelope(alice, bob, n) for n in range(3)]
+        assert await send_all(a, envs) == ["sent", "sent", "queue_full"]
+        b = await session(relay.url, bob)
+        assert [(await recv(b))["envelope"] for _ in range(2)] == envs[:2]
+        assert await send_all(a, envs[2:]) == ["sent"]  # bob has connected: a full queue now
+        await a.close()
+        await b.close()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_relay_help_shows_every_default() -> None:
+    shown = run_cli("relay", "--help")
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())
+    options = re.findall(r"^\s+(--[a-z-]+)", shown.stdout, re.MULTILINE)
+    assert len(options) == 20
+    assert text.count("(default: ") == len(options)
+    for default in ("(default: 4096)", "(default: 32)", "(default: 128)", "(default: 10000)"):
+        assert default in text
+
+
+@pytest.mark.parametrize("args", [["--port", "99999"], ["--port", "-1"], ["--queue-cap", "-5"]])
+def test_bad_relay_arguments_are_one_line(tmp_path: Path, args: list[str]) -> None:
+    result = run_cli("relay", "--data", str(tmp_path), *args)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def test_out_of_descriptors_pauses_accepting(tmp_path: Path, alice: Identity) -> None:
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bot", "relay", "--port", "0", "--data", str(tmp_path / "d")),
+        *("--max-unauthenticated-per-address", "1000"),
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=few_descriptors,
+    )
+    assert process.stderr is not None
+    lines: list[str] = []
+    listening = asyncio.get_running_loop().create_future()
+
+    async def read_log() -> None:
+        assert process.stderr is not None
+        while line := (await process.stderr.readline()).decode():
+            lines.append(line)
+            if (
+                found := re.search(r"relay listening on (ws://\S+)", line)
+            ) and not listening.done():
+                listening.set_result(found.group(1))
+
+    reader = asyncio.create_task(read_log())
+    try:
+        url = await asyncio.wait_for(listening, 30)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        logged = len(lines)
+        hogs = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+        cpu = cpu_seconds(process.pid)
+        await asyncio.sleep(2.0)
+        assert cpu_seconds(process.pid) - cpu < 0.5  # paused, not spinning
+        assert len(lines) - logged <= 5, "".join(lines[logged:])
+        for hog in hogs:
+            hog.close()
+        ws = await asyncio.wait_for(session(url, alice), 10)  # accepting again
+        await ws.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(TIMEOUT):
+            await process.wait()
+        await reader
+
+
+def test_an_address_is_an_ipv4_address_or_an_ipv6_64() -> None:
+    assert address_key(("192.0.2.7", 5000)) == "192.0.2.7"
+    assert address_key(("::ffff:192.0.2.7", 5000, 0, 0)) == "192.0.2.7"
+    assert address_key(("2001:db8:1:2:aaaa::1", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert address_key(("2001:db8:1:2:bbbb::9", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert address_key(("2001:db8:1:3::1", 5000, 0, 0)) == "2001:db8:1:3::/64"

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from tg_html import checked_link, parse_html, problems, utf16_length
 
 from bot.cli import main
 from bot.errors import RenderError
+from bot.playground.tg_html import checked_link, parse_html, problems, utf16_length
 from bot.protocol.payloads import Approval, Block, Clarification, InboxUpdate, parse_inbox_update
 from bot.render import Attachment, CardStatus, RenderedCard, Renderer, SecretsMode, Tap
 from bot.render.environment import build_environment, builtin_template_dir

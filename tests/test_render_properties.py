@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tg_html import Entity, checked_link, parse_html, problems, utf16_length
 
+from bot.playground.tg_html import Entity, checked_link, parse_html, problems, utf16_length
 from bot.protocol.payloads import Approval, Block, Clarification
 from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
 from bot.render.markdown import http_link

@@ -22,8 +22,9 @@ from telegram import (
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter
 from telegram.ext import ApplicationBuilder, CallbackQueryHandler, ContextTypes
-from telegram_stub import BOT_USERNAME, TelegramStub
-from tg_html import Entity
+
+from bot.playground.stub import BOT_USERNAME, TelegramStub
+from bot.playground.tg_html import Entity
 
 TOKEN = "123:ABC"
 ALICE = 1001
@@ -321,3 +322,33 @@ async def test_wait_for_explains_a_timeout(bot: Bot, tg: TelegramStub) -> None:
     await bot.send_message(ALICE, "something else")
     with pytest.raises(AssertionError, match="sendMessage chat_id=1001"):
         await tg.wait_for(lambda t: len(t.messages(ALICE)) > 1, timeout=0.05)
+
+
+async def test_rate_limits_are_telegrams_when_asked_for() -> None:
+    now = [1000.0]
+    async with TelegramStub(token=TOKEN, rate_limits=True, clock=lambda: now[0]) as stub:
+        stub.add_user(ALICE, "Alice")
+        stub.add_group(GROUP, "Ops", admins=[ALICE], members=[])
+        for n in range(1, 31):
+            stub.add_user(ALICE + n, f"User {n}")
+            stub.add_private_chat(ALICE + n)
+        async with Bot(TOKEN, base_url=f"{stub.api_url}/bot") as bot, httpx.AsyncClient() as raw:
+            for n in range(20):
+                now[0] += 0.5
+                await bot.send_message(GROUP, f"group {n}")
+            now[0] += 10
+            refused = await raw.post(f"{stub.api_url}/bot{TOKEN}/sendMessage",
+                                     json={"chat_id": GROUP, "text": "one too many"})
+            assert refused.status_code == 429
+            assert refused.json()["description"] == "Too Many Requests: retry after 41"
+            assert refused.json()["parameters"] == {"retry_after": 41}
+            now[0] += 41
+            await bot.send_message(GROUP, "the first has left the minute")
+
+            for n in range(1, 30):
+                await bot.send_message(ALICE + n, "private")
+            with pytest.raises(RetryAfter, match="Retry in"):
+                await bot.send_message(ALICE + 30, "the 31st this second")
+            now[0] += 1
+            await bot.send_message(ALICE + 30, "a second later")
+        assert len(stub.bot_messages(GROUP)) == 21

@@ -7,7 +7,8 @@ import html
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tg_html import (
+
+from bot.playground.tg_html import (
     ENTITY_LIMIT,
     Entity,
     HtmlRefused,

@@ -10,10 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from telegram_stub import StoredMessage, TelegramStub
-
 from bot.app import Bot, Running
 from bot.config import Config, parse_config
+from bot.playground.stub import StoredMessage, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.server import RelayServer
 from bot.testing.agent import Agent

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bot.playground import DEFAULT_URL
+
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
@@ -12,10 +14,17 @@ def register(sub: Any) -> None:
     parser.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
     parser.add_argument("--chat-type", choices=("private", "group"), default="private")
     parser.add_argument("--templates", help="a folder of templates overriding the built-in ones")
+    parser.add_argument("--playground", nargs="?", const=DEFAULT_URL, metavar="URL",
+                        help="post the cards into a running playground (skald-telegram demo "
+                             f"without a token) instead of printing them; default {DEFAULT_URL}")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.playground:
+        from bot.playground.post import post_command
+
+        return post_command(args)
     from bot.preview import render_command
 
     return render_command(args)

@@ -178,8 +178,12 @@ def _as_object(raw: object) -> dict[str, object]:
             raise EnvelopeRefused(RefusalReason.MALFORMED, str(exc)) from exc
     if not isinstance(raw, dict):
         raise EnvelopeRefused(RefusalReason.MALFORMED, "an envelope must be a JSON object")
+    verbatim = {key: value for key in _BASE64_FIELDS if isinstance(value := raw.get(key), str)}
+    verbatim_size = sum(len(value) for value in verbatim.values())
+    if verbatim_size + _SMALL_HEADERS_BYTES <= MAX_ENVELOPE_BYTES and _small_headers(raw):
+        return raw  # fits whatever the headers hold: no need to serialise them
     try:
-        size = _canonical_size(raw)
+        size = _canonical_size(raw, verbatim)
     except (TypeError, ValueError, RecursionError) as exc:
         raise EnvelopeRefused(RefusalReason.MALFORMED, "not serialisable as JSON") from exc
     if size > MAX_ENVELOPE_BYTES:
@@ -187,13 +191,36 @@ def _as_object(raw: object) -> dict[str, object]:
     return raw
 
 
-def _canonical_size(obj: dict[str, object]) -> int:
+def _canonical_size(obj: dict[str, object], verbatim: dict[str, str]) -> int:
     """The canonical serialisation's size, without copying the long base64url fields:
     JSON writes them verbatim (quotes aside), and they are checked to be base64url
     later, so the count is exact for any envelope that can be accepted."""
-    verbatim = {key: value for key in _BASE64_FIELDS if isinstance(value := obj.get(key), str)}
     rest = {key: "" if key in verbatim else value for key, value in obj.items()}
     return len(canonical_json(rest)) + sum(len(value) for value in verbatim.values())
+
+
+_HEADERS = frozenset({"v", "id", "from", "to", "ts", *_BASE64_FIELDS})
+_SHORT = 64
+"""Headers of at most this many characters, or integers below 2**63, are "small"."""
+_SMALL_HEADERS_BYTES = 4096
+"""More than the canonical JSON of any set of small headers (about 2,000 bytes at most:
+five fields of 64 characters written as \\uXXXX escapes, keys and quotes included)."""
+
+
+def _small_headers(obj: dict[str, object]) -> bool:
+    """Whether ``obj`` holds only known fields and every one that is not base64url is a
+    short string or a 64-bit integer, so its serialisation is surely small."""
+    if not obj.keys() <= _HEADERS:
+        return False
+    for key, value in obj.items():
+        if key in _BASE64_FIELDS and isinstance(value, str):
+            continue
+        if isinstance(value, str):
+            if len(value) > _SHORT:
+                return False
+        elif type(value) is not int or not -MAX_TS <= value <= MAX_TS:
+            return False
+    return True
 
 
 def _id_field(obj: dict[str, object], name: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidSignature
@@ -21,6 +22,7 @@ from bot.protocol.encoding import b64u_decode, b64u_encode
 KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 ID_HEX_CHARS = 32
+_ID = re.compile(f"[0-9a-f]{{{ID_HEX_CHARS}}}")
 
 
 def derive_id(sign_pub: bytes) -> str:
@@ -30,11 +32,7 @@ def derive_id(sign_pub: bytes) -> str:
 
 def is_id(value: object) -> bool:
     """Whether ``value`` is an id as written on the wire: 32 lowercase hex characters."""
-    return (
-        isinstance(value, str)
-        and len(value) == ID_HEX_CHARS
-        and all(c in "0123456789abcdef" for c in value)
-    )
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)

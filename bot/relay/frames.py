@@ -10,8 +10,9 @@ recipient).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
 from bot.errors import PayloadError, ProtocolError
@@ -88,6 +89,9 @@ class Ack:
 class Send:
     envelope: dict[str, object]
     envelope_id: str
+    text: str | None = field(default=None, compare=False)
+    """The envelope's JSON text as the frame holds it, when it can be cut out exactly
+    (:func:`envelope_text`): the relay stores it without encoding the envelope again."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,8 @@ def parse_frame(data: str | bytes) -> Frame:
     """Decode one frame; anything unusable raises :class:`FrameError`."""
     if isinstance(data, bytes):
         raise FrameError(ErrorCode.BAD_FRAME, "binary frames are not used")
+    if ack := _COMPACT_ACK.fullmatch(data):  # the most frequent frame, as both ends write it
+        return Ack(ack.group(1))
     try:
         obj = loads_limited(data, max_bytes=MAX_FRAME_BYTES)
     except PayloadError as exc:
@@ -119,7 +125,32 @@ def parse_frame(data: str | bytes) -> Frame:
     parser = _PARSERS.get(kind) if isinstance(kind, str) else None
     if parser is None:
         raise FrameError(ErrorCode.BAD_FRAME, f"unknown frame type {_shown(kind)}")
-    return parser(obj)
+    frame = parser(obj)
+    if isinstance(frame, Send):
+        return Send(frame.envelope, frame.envelope_id, _cut_envelope(data, obj))
+    return frame
+
+
+_SEND_PREFIX: Final = '{"type":"send","envelope":'
+
+
+def _cut_envelope(text: str, obj: dict[str, object]) -> str | None:
+    """The envelope's own text in a ``send`` frame written as :func:`send_frame` writes
+    it, or ``None``. With exactly two keys, the prefix, one ``"envelope":`` key (an
+    unescaped quote cannot occur inside a string) and a final ``}}``, nothing but the
+    envelope object can lie between the prefix and the last brace: a repeated ``type``
+    key would end the frame with a string."""
+    if (
+        len(obj) == 2
+        and text.startswith(_SEND_PREFIX)
+        and text.endswith("}}")
+        and text.count('"envelope":') == 1
+    ):
+        return text[len(_SEND_PREFIX) : -1]
+    return None
+
+
+_COMPACT_ACK: Final = re.compile(r'\{"type":"ack","id":"([0-9a-f]{32})"\}')
 
 
 def _shown(value: object) -> str:
@@ -240,7 +271,9 @@ def send_frame(envelope_json: str) -> str:
 
 
 def sent_frame(envelope_id: str) -> str:
-    return _dump({"type": "sent", "id": envelope_id})
+    """A ``sent`` frame for an id already checked (:func:`bot.protocol.identity.is_id`):
+    hex needs no escaping, so the frame is written directly."""
+    return '{"type":"sent","id":"' + envelope_id + '"}'
 
 
 def error_frame(code: str, envelope_id: str | None = None, message: str | None = None) -> str:

@@ -3,14 +3,26 @@
 Each recipient has an ordered queue (oldest first). An envelope stays until its recipient
 acknowledges it or it grows older than the age limit; the same envelope id queued twice
 by one sender for one recipient is stored once (another sender's envelope with the same
-id is a different envelope and is stored too). Every change is one short transaction,
-committed before the caller answers the sender, so a queued envelope survives a crash or
-restart.
+id is a different envelope and is stored too). Changes are written in batches, one
+transaction each (:meth:`RelayQueue.apply`), committed before the caller answers the
+sender or forgets an acknowledgement, so a queued envelope survives a crash or restart.
 
-What may wait is bounded by :class:`QueueLimits`: envelopes and bytes per recipient,
-envelopes and bytes per (sender, recipient) pair, so that one sender cannot fill a
-recipient's whole queue, and bytes for the whole relay. Usage is counted in memory
-(recounted from the file on open and after a purge), so checking a limit costs no query.
+Anyone can make an identity, so what may wait is bounded by :class:`QueueLimits`, and the
+bounds are drawn so that throwaway identities cannot crowd out real correspondents:
+
+- per recipient: envelopes and bytes in all;
+- per (sender, recipient) pair: envelopes and bytes, so that one sender cannot fill a
+  recipient's queue;
+- per recipient, from *strangers* (senders whose envelopes it has never acknowledged): a
+  small share in all, however many identities they use. A sender becomes a contact of a
+  recipient when the recipient acknowledges one of its envelopes;
+- per recipient that has never connected to this relay: a small queue, kept for a short
+  time only (:meth:`RelayQueue.purge`);
+- per address (the sending connection's network address): envelopes and bytes in all;
+- for the whole relay: bytes.
+
+Usage is counted in memory (recounted from the file on open and after a purge), so
+checking a limit costs no query.
 """
 
 from __future__ import annotations
@@ -19,39 +31,42 @@ import enum
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
-from bot.errors import RelayError, StoreError
+from bot.errors import StoreError
+from bot.relay.limits import MIB, QueueLimits
 
 log = logging.getLogger(__name__)
 
+_K = TypeVar("_K")
+
 DB_NAME: Final = "relay-queue.sqlite3"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """``PRAGMA user_version`` of the current schema; 0 is a new file or the first schema."""
 
-MIB: Final = 1024 * 1024
-DEFAULT_RECIPIENT_COUNT: Final = 10_000
-DEFAULT_RECIPIENT_BYTES: Final = 256 * MIB
-DEFAULT_SENDER_COUNT: Final = 2_500
-DEFAULT_SENDER_BYTES: Final = 64 * MIB
-DEFAULT_TOTAL_BYTES: Final = 2048 * MIB
 DEFAULT_PAGE_BYTES: Final = 4 * MIB
 """How many bytes of bodies :meth:`RelayQueue.pending` loads at once by default."""
 
-_TABLE = """
+_TABLES = """
 CREATE TABLE queue (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     recipient TEXT NOT NULL,
     sender TEXT NOT NULL,
+    address TEXT NOT NULL,
     envelope_id TEXT NOT NULL,
     size INTEGER NOT NULL,
     queued_ms INTEGER NOT NULL,
     body TEXT NOT NULL,
     UNIQUE (recipient, sender, envelope_id)
-)
+);
+CREATE TABLE recipients (id TEXT PRIMARY KEY, first_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE contacts (
+    recipient TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    PRIMARY KEY (recipient, sender)
+) WITHOUT ROWID;
 """
 # ``body`` comes last so that reading the other columns never loads its overflow pages.
 _INDEXES = """
@@ -59,42 +74,58 @@ CREATE INDEX queue_by_recipient ON queue (recipient, seq, size);
 CREATE INDEX queue_by_envelope ON queue (recipient, envelope_id);
 CREATE INDEX queue_by_age ON queue (queued_ms);
 """
-_MIGRATE_FROM_1 = """
-ALTER TABLE queue RENAME TO queue_v1;
+_COPY_FROM = {
+    1: "SELECT seq, recipient, COALESCE(json_extract(body, '$.from'), ''), '', envelope_id,"
+    " length(CAST(body AS BLOB)), queued_ms, body FROM queue_old",
+    2: "SELECT seq, recipient, sender, '', envelope_id, size, queued_ms, body FROM queue_old",
+}
+"""How the rows of an older schema's queue become rows of the current one."""
+_UPGRADE = """
+ALTER TABLE queue RENAME TO queue_old;
 DROP INDEX IF EXISTS queue_by_recipient;
+DROP INDEX IF EXISTS queue_by_envelope;
 DROP INDEX IF EXISTS queue_by_age;
-{table};
-INSERT INTO queue (seq, recipient, sender, envelope_id, size, queued_ms, body)
-    SELECT seq, recipient, COALESCE(json_extract(body, '$.from'), ''), envelope_id,
-           length(CAST(body AS BLOB)), queued_ms, body
-    FROM queue_v1;
-DROP TABLE queue_v1;
+{tables}
+INSERT INTO queue (seq, recipient, sender, address, envelope_id, size, queued_ms, body) {copy};
+DROP TABLE queue_old;
+INSERT OR IGNORE INTO recipients SELECT DISTINCT recipient, 0 FROM queue;
+INSERT OR IGNORE INTO contacts SELECT DISTINCT recipient, sender FROM queue;
 """
-
-
-class QueueFull(RelayError):
-    """A limit would be exceeded by queuing the envelope."""
-
-
-@dataclass(frozen=True)
-class QueueLimits:
-    """How much may wait. Sender limits apply to each (sender, recipient) pair."""
-
-    recipient_count: int = DEFAULT_RECIPIENT_COUNT
-    recipient_bytes: int = DEFAULT_RECIPIENT_BYTES
-    sender_count: int = DEFAULT_SENDER_COUNT
-    sender_bytes: int = DEFAULT_SENDER_BYTES
-    total_bytes: int = DEFAULT_TOTAL_BYTES
+# What was queued before the upgrade keeps the limits it was queued under: its recipients
+# count as connected and its senders as contacts.
 
 
 @dataclass(frozen=True)
 class Incoming:
-    """An envelope to queue: for whom, from whom, its id and its JSON text."""
+    """An envelope to queue: for whom, from whom, its id and JSON text, and the network
+    address it came from."""
 
     recipient: str
     sender: str
     envelope_id: str
     body: str
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class Acknowledged:
+    """An envelope its recipient has acknowledged: to be deleted."""
+
+    recipient: str
+    envelope_id: str
+
+
+@dataclass
+class Batch:
+    """Changes written together in one transaction: sessions that connected,
+    acknowledgements (applied first: they make room) and envelopes to queue."""
+
+    connected: list[str] = field(default_factory=list)
+    acks: list[Acknowledged] = field(default_factory=list)
+    puts: list[Incoming] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.connected or self.acks or self.puts)
 
 
 class PutResult(enum.Enum):
@@ -105,8 +136,25 @@ class PutResult(enum.Enum):
     """The recipient's queue is at its envelope or byte limit."""
     SENDER_FULL = "sender_full"
     """This sender's share of the recipient's queue is used up."""
+    STRANGERS_FULL = "strangers_full"
+    """The share of the recipient's queue for senders it has never acknowledged is used up."""
+    UNSEEN_FULL = "unseen_full"
+    """The recipient has never connected, and its small queue is full."""
+    ADDRESS_FULL = "address_full"
+    """The sender's network address has as much queued as it may."""
     RELAY_FULL = "relay_full"
     """The relay holds as many bytes as it may."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a batch did: a result per envelope queued, in order, with the position of
+    each one queued (0 for the others), and how many of the acknowledged envelopes were
+    waiting."""
+
+    results: list[PutResult]
+    seqs: list[int]
+    removed: int
 
 
 @dataclass(frozen=True)
@@ -122,42 +170,79 @@ class Queued:
 
 @dataclass
 class _Usage:
-    """What waits now, counted in memory."""
+    """What waits now, counted in memory, and who is known: recipients that have
+    connected, and (recipient, sender) pairs whose envelopes the recipient acknowledged."""
 
     count: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
     pair_count: Counter[tuple[str, str]] = field(default_factory=Counter)
     pair_bytes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    stranger_count: Counter[str] = field(default_factory=Counter)
+    stranger_bytes: Counter[str] = field(default_factory=Counter)
+    address_count: Counter[str] = field(default_factory=Counter)
+    address_bytes: Counter[str] = field(default_factory=Counter)
     total_bytes: int = 0
+    connected: set[str] = field(default_factory=set)
+    contacts: set[tuple[str, str]] = field(default_factory=set)
 
-    def add(self, recipient: str, sender: str, size: int, count: int = 1) -> None:
+    def add(self, recipient: str, sender: str, address: str, size: int, count: int = 1) -> None:
         pair = (recipient, sender)
         self.count[recipient] += count
         self.bytes[recipient] += size
         self.pair_count[pair] += count
         self.pair_bytes[pair] += size
+        if pair not in self.contacts:
+            self.stranger_count[recipient] += count
+            self.stranger_bytes[recipient] += size
+        self.address_count[address] += count
+        self.address_bytes[address] += size
         self.total_bytes += size
+        if count < 0:
+            _drop_empty(self.count, self.bytes, key=recipient)
+            _drop_empty(self.pair_count, self.pair_bytes, key=pair)
+            _drop_empty(self.stranger_count, self.stranger_bytes, key=recipient)
+            _drop_empty(self.address_count, self.address_bytes, key=address)
 
-    def remove(self, recipient: str, sender: str, size: int) -> None:
-        self.add(recipient, sender, -size, count=-1)
+    def remove(self, recipient: str, sender: str, address: str, size: int) -> None:
+        self.add(recipient, sender, address, -size, count=-1)
+
+    def add_contact(self, recipient: str, sender: str) -> bool:
+        """Record that ``recipient`` acknowledged ``sender``; ``False`` if it already had."""
         pair = (recipient, sender)
-        for counter, key in ((self.count, recipient), (self.bytes, recipient)):
-            if counter[key] <= 0:
-                del counter[key]
-        for pair_counter in (self.pair_count, self.pair_bytes):
-            if pair_counter[pair] <= 0:
-                del pair_counter[pair]
+        if pair in self.contacts:
+            return False
+        self.contacts.add(pair)
+        self.stranger_count[recipient] -= self.pair_count[pair]
+        self.stranger_bytes[recipient] -= self.pair_bytes[pair]
+        _drop_empty(self.stranger_count, self.stranger_bytes, key=recipient)
+        return True
 
     def refusal(self, item: Incoming, size: int, limits: QueueLimits) -> PutResult | None:
         """Which limit queuing ``item`` would break, if any."""
-        pair = (item.recipient, item.sender)
+        recipient = item.recipient
+        pair = (recipient, item.sender)
         if self.total_bytes + size > limits.total_bytes:
             return PutResult.RELAY_FULL
         if (
-            self.count[item.recipient] + 1 > limits.recipient_count
-            or self.bytes[item.recipient] + size > limits.recipient_bytes
+            self.address_count[item.address] + 1 > limits.address_count
+            or self.address_bytes[item.address] + size > limits.address_bytes
+        ):
+            return PutResult.ADDRESS_FULL
+        if (
+            self.count[recipient] + 1 > limits.recipient_count
+            or self.bytes[recipient] + size > limits.recipient_bytes
         ):
             return PutResult.FULL
+        if recipient not in self.connected and (
+            self.count[recipient] + 1 > limits.unseen_count
+            or self.bytes[recipient] + size > limits.unseen_bytes
+        ):
+            return PutResult.UNSEEN_FULL
+        if pair not in self.contacts and (
+            self.stranger_count[recipient] + 1 > limits.stranger_count
+            or self.stranger_bytes[recipient] + size > limits.stranger_bytes
+        ):
+            return PutResult.STRANGERS_FULL
         if (
             self.pair_count[pair] + 1 > limits.sender_count
             or self.pair_bytes[pair] + size > limits.sender_bytes
@@ -166,11 +251,26 @@ class _Usage:
         return None
 
 
-class RelayQueue:
-    """Per-recipient envelope queues in one SQLite file. Not thread-safe: one event loop."""
+def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
+    """Forget a key whose count fell to zero (the counters only hold what waits)."""
+    if count[key] <= 0:
+        count.pop(key, None)
+        size.pop(key, None)
 
-    def __init__(self, connection: sqlite3.Connection, *, limits: QueueLimits) -> None:
+
+class RelayQueue:
+    """Per-recipient envelope queues in one SQLite file.
+
+    Writes (:meth:`apply`, :meth:`purge`) may run in a worker thread, one at a time, while
+    :meth:`pending` reads what is committed through a connection of its own (WAL lets
+    readers run beside the writer).
+    """
+
+    def __init__(
+        self, connection: sqlite3.Connection, reader: sqlite3.Connection, *, limits: QueueLimits
+    ) -> None:
         self._db = connection
+        self._reader = reader
         self._limits = limits
         self._usage = _Usage()
         self._recount()
@@ -178,64 +278,99 @@ class RelayQueue:
     @classmethod
     def open(cls, data_dir: Path, *, limits: QueueLimits | None = None) -> RelayQueue:
         """Open (creating or upgrading if needed) the queue in ``data_dir``."""
+        path = data_dir / DB_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(data_dir / DB_NAME, isolation_level=None)
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             _ensure_schema(connection)
+            reader = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
             connection.close()
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         except StoreError:
             connection.close()
             raise
-        return cls(connection, limits=limits or QueueLimits())
+        return cls(connection, reader, limits=limits or QueueLimits())
 
     def close(self) -> None:
         try:
+            self._reader.close()
             self._db.close()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot close the relay queue: {exc}") from exc
 
-    def put(self, item: Incoming, now_ms: int) -> bool:
-        """Queue one envelope; ``False`` when it was already queued.
+    def apply(self, batch: Batch, now_ms: int) -> Applied:
+        """Write a batch in one transaction (one disk sync): record who connected, delete
+        acknowledged envelopes, then queue new ones, each with its own result.
 
-        Raises :class:`QueueFull` when a limit would be exceeded.
+        An ack names only the id: when two senders used the same id, each ack deletes the
+        oldest one, which is the one delivered (and so acknowledged) first.
         """
-        (result,) = self.put_many([item], now_ms)
-        if result not in (PutResult.QUEUED, PutResult.DUPLICATE):
-            raise QueueFull(f"cannot queue {item.envelope_id} for {item.recipient}: {result.value}")
-        return result is PutResult.QUEUED
-
-    def put_many(self, items: Sequence[Incoming], now_ms: int) -> list[PutResult]:
-        """Queue several envelopes in one transaction (one disk sync), each with its own
-        result."""
+        usage = self._usage
         try:
             with self._db:
                 self._db.execute("BEGIN")
-                return [self._put_one(item, now_ms) for item in items]
+                for recipient in batch.connected:
+                    if recipient not in usage.connected:
+                        self._db.execute(
+                            "INSERT OR IGNORE INTO recipients (id, first_ms) VALUES (?, ?)",
+                            (recipient, now_ms),
+                        )
+                        usage.connected.add(recipient)
+                removed = sum(self._delete(ack) for ack in batch.acks)
+                queued = [self._put_one(item, now_ms) for item in batch.puts]
         except sqlite3.Error as exc:
-            self._recount()  # rolled back: forget what this transaction added
-            raise StoreError(f"cannot queue envelopes: {exc}") from exc
+            self._recount()  # rolled back: forget what this transaction changed
+            raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+        return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
 
-    def _put_one(self, item: Incoming, now_ms: int) -> PutResult:
+    def _delete(self, ack: Acknowledged) -> int:
+        row = self._db.execute(
+            "DELETE FROM queue WHERE seq = (SELECT seq FROM queue"
+            " WHERE recipient = ? AND envelope_id = ? ORDER BY seq LIMIT 1)"
+            " RETURNING sender, address, size",
+            (ack.recipient, ack.envelope_id),
+        ).fetchone()
+        if row is None:
+            return 0
+        sender, address, size = row
+        self._usage.remove(ack.recipient, sender, address, size)
+        if self._usage.add_contact(ack.recipient, sender):
+            self._db.execute(
+                "INSERT OR IGNORE INTO contacts (recipient, sender) VALUES (?, ?)",
+                (ack.recipient, sender),
+            )
+        return 1
+
+    def _put_one(self, item: Incoming, now_ms: int) -> tuple[PutResult, int]:
+        """Queue one envelope: the result, and its position when it was queued (else 0)."""
         size = len(item.body.encode("utf-8"))
         refusal = self._usage.refusal(item, size, self._limits)
         if refusal is not None:
-            return PutResult.DUPLICATE if self._contains(item) else refusal
+            return PutResult.DUPLICATE if self._contains(item) else refusal, 0
         cursor = self._db.execute(
-            "INSERT OR IGNORE INTO queue (recipient, sender, envelope_id, size, queued_ms, body)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (item.recipient, item.sender, item.envelope_id, size, now_ms, item.body),
+            "INSERT OR IGNORE INTO queue"
+            " (recipient, sender, address, envelope_id, size, queued_ms, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                item.recipient,
+                item.sender,
+                item.address,
+                item.envelope_id,
+                size,
+                now_ms,
+                item.body,
+            ),
         )
         if cursor.rowcount == 0:
-            return PutResult.DUPLICATE
-        self._usage.add(item.recipient, item.sender, size)
-        return PutResult.QUEUED
+            return PutResult.DUPLICATE, 0
+        self._usage.add(item.recipient, item.sender, item.address, size)
+        return PutResult.QUEUED, int(cursor.lastrowid or 0)
 
     def pending(
         self,
@@ -248,14 +383,14 @@ class RelayQueue:
         """The next envelopes for ``recipient`` queued after ``after_seq``, oldest first:
         at most ``limit`` of them and ``max_bytes`` of bodies (but always at least one)."""
         try:
-            sizes = self._db.execute(
+            sizes = self._reader.execute(
                 "SELECT seq, size FROM queue WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (recipient, after_seq, limit),
             ).fetchall()
             last = _last_within(sizes, max_bytes)
             if last is None:
                 return []
-            rows = self._db.execute(
+            rows = self._reader.execute(
                 "SELECT seq, envelope_id, size, body FROM queue"
                 " WHERE recipient = ? AND seq > ? AND seq <= ? ORDER BY seq",
                 (recipient, after_seq, last),
@@ -264,55 +399,26 @@ class RelayQueue:
             raise StoreError(f"cannot read the relay queue: {exc}") from exc
         return [Queued(*row) for row in rows]
 
-    def ack(self, recipient: str, envelope_id: str) -> bool:
-        """Delete an acknowledged envelope; ``False`` when it was not queued."""
-        return self.ack_many(recipient, [envelope_id]) == 1
-
-    def ack_many(self, recipient: str, envelope_ids: list[str]) -> int:
-        """Delete acknowledged envelopes in one transaction; returns how many were queued.
-
-        An ack names only the id: when two senders used the same id, each ack deletes the
-        oldest one, which is the one delivered (and so acknowledged) first.
-        """
-        deleted: list[tuple[str, int]] = []
+    def purge(self, older_than_ms: int, *, unseen_older_than_ms: int | None = None) -> int:
+        """Delete envelopes queued before ``older_than_ms``, and those for recipients that
+        have never connected queued before ``unseen_older_than_ms``; returns how many."""
         try:
             with self._db:
                 self._db.execute("BEGIN")
-                for envelope_id in envelope_ids:
-                    deleted += self._db.execute(
-                        "DELETE FROM queue WHERE seq = (SELECT seq FROM queue"
-                        " WHERE recipient = ? AND envelope_id = ? ORDER BY seq LIMIT 1)"
-                        " RETURNING sender, size",
-                        (recipient, envelope_id),
-                    ).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot delete acknowledged envelopes: {exc}") from exc
-        for sender, size in deleted:
-            self._usage.remove(recipient, sender, size)
-        return len(deleted)
-
-    def purge(self, older_than_ms: int) -> int:
-        """Delete envelopes queued before ``older_than_ms``; returns how many."""
-        try:
-            cursor = self._db.execute("DELETE FROM queue WHERE queued_ms < ?", (older_than_ms,))
+                removed = self._db.execute(
+                    "DELETE FROM queue WHERE queued_ms < ?", (older_than_ms,)
+                ).rowcount
+                if unseen_older_than_ms is not None:
+                    removed += self._db.execute(
+                        "DELETE FROM queue WHERE queued_ms < ?"
+                        " AND recipient NOT IN (SELECT id FROM recipients)",
+                        (unseen_older_than_ms,),
+                    ).rowcount
         except sqlite3.Error as exc:
             raise StoreError(f"cannot purge the relay queue: {exc}") from exc
-        if cursor.rowcount:
+        if removed:
             self._recount()
-        return max(cursor.rowcount, 0)
-
-    def count(self, recipient: str) -> int:
-        """Envelopes waiting for ``recipient``."""
-        return self._usage.count[recipient]
-
-    def bytes_for(self, recipient: str) -> int:
-        """Bytes of envelopes waiting for ``recipient``."""
-        return self._usage.bytes[recipient]
-
-    @property
-    def total_bytes(self) -> int:
-        """Bytes of envelopes waiting for anyone."""
-        return self._usage.total_bytes
+        return max(removed, 0)
 
     def _contains(self, item: Incoming) -> bool:
         row = self._db.execute(
@@ -323,15 +429,21 @@ class RelayQueue:
 
     def _recount(self) -> None:
         try:
+            connected = self._db.execute("SELECT id FROM recipients").fetchall()
+            contacts = self._db.execute("SELECT recipient, sender FROM contacts").fetchall()
             rows = self._db.execute(
-                "SELECT recipient, sender, COUNT(*), SUM(size) FROM queue"
-                " GROUP BY recipient, sender"
+                "SELECT recipient, sender, address, COUNT(*), SUM(size) FROM queue"
+                " GROUP BY recipient, sender, address"
             ).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read the relay queue: {exc}") from exc
-        self._usage = _Usage()
-        for recipient, sender, count, size in rows:
-            self._usage.add(recipient, sender, size, count)
+        usage = _Usage(
+            connected={recipient for (recipient,) in connected},
+            contacts={(recipient, sender) for recipient, sender in contacts},
+        )
+        for recipient, sender, address, count, size in rows:
+            usage.add(recipient, sender, address, size, count)
+        self._usage = usage
 
 
 def _last_within(sizes: list[tuple[int, int]], max_bytes: int) -> int | None:
@@ -359,7 +471,11 @@ def _ensure_schema(db: sqlite3.Connection) -> None:
     has_queue = db.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue'"
     ).fetchone()
-    script = _MIGRATE_FROM_1.format(table=_TABLE) if has_queue else _TABLE + ";"
+    if has_queue:
+        copy = _COPY_FROM[max(version, 1)]
+        script = _UPGRADE.format(tables=_TABLES, copy=copy)
+    else:
+        script = _TABLES
     db.executescript(f"BEGIN; {script} {_INDEXES} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
     if has_queue:
         log.info("relay queue upgraded to schema version %d", SCHEMA_VERSION)

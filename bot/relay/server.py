@@ -5,44 +5,57 @@ its ``from`` against the session's id and its size (1 MiB), and queues it for it
 recipient in SQLite (WAL, under ``--data``) until the recipient acknowledges it. It never
 holds a private key and never parses ``ct``.
 
-Defaults: one session per id (a newer one replaces the older, closed with code 4409);
-envelopes older than :data:`DEFAULT_MAX_AGE_S` (7 days) are purged; a client must
+One session per id (a newer one replaces the older, closed with code 4409); a client must
 authenticate within :data:`AUTH_TIMEOUT_S` seconds. Delivery is at-least-once:
 unacknowledged envelopes are delivered again, oldest first, on the recipient's next
 session.
 
-Anyone can make an identity and authenticate, so what strangers can make the relay hold is
-bounded (a sender gets ``queue_full`` beyond a limit, and retries later):
+The relay is meant to face the internet, where anyone can connect and make identities, so
+everything a stranger can make it hold is bounded:
 
-- per recipient: ``queue_cap`` envelopes (10 000) and ``queue_bytes`` (256 MiB);
-- per (sender, recipient): ``sender_queue_cap`` envelopes (2 500) and ``sender_bytes``
-  (64 MiB), so that one sender cannot fill a recipient's queue and starve the others;
-- for the whole relay: ``total_bytes`` (2 GiB) of queued envelopes;
-- in memory: a session reads at most :data:`MAX_QUEUED_FRAMES` frames ahead; before
+- connections (:class:`bot.relay.limits.ConnectionLimits`): in all, and per network
+  address (an IPv6 address counts by its /64) before and after authentication. A
+  connection over a limit is closed the moment it is accepted; a session over the
+  authenticated limit is closed with code 1013 right after authenticating. When the
+  process runs out of file descriptors, accepting pauses for a second instead of spinning;
+- time: a session that carries nothing for ``idle_timeout`` seconds is closed (code 1000);
+- refused frames: after :data:`MAX_REFUSED_FRAMES` refused frames in a row (bad frames,
+  bad envelopes, frames before authentication) the connection is closed (code 1008), and
+  warnings about refused frames and connections are rate-limited (:class:`WarningBudget`);
+- queued envelopes: the quotas of :class:`bot.relay.limits.QueueLimits` (per recipient, per
+  sender, for strangers, for recipients that never connected, per address, in all); a
+  sender over a quota gets ``queue_full`` and retries later;
+- memory: a session reads at most :data:`MAX_QUEUED_FRAMES` frames ahead; before
   authentication a frame may hold :data:`PRE_AUTH_FRAME_BYTES` (a larger one is refused
   with ``too_large`` and the connection closed, 1009); deliveries are loaded from disk
   :data:`DELIVER_PAGE_BYTES` at a time, and at most ``DELIVER_WINDOW`` (256) of them,
   and :data:`DELIVER_WINDOW_BYTES`, wait unacknowledged per session.
 
-``sent`` is answered only once the envelope is committed (``synchronous=FULL``); envelopes
-arriving together share one transaction, and so do acknowledgements, so a burst costs one
-disk sync rather than one per envelope. Answers keep the order of the frames they answer.
+``sent`` is answered, and an envelope delivered, only once it is committed
+(``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
+deletion. Transactions are written one after another in a worker thread while the event
+loop goes on reading: everything that arrives meanwhile, from every session (envelopes,
+acknowledgements, new sessions), shares the next transaction, so a burst costs one disk
+sync rather than one per frame. Answers keep the order of the frames they answer.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
+import errno
+import ipaddress
 import logging
 import os
-import signal
+import socket
 import time
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -69,25 +82,31 @@ from bot.relay.frames import (
     ready_frame,
     sent_frame,
 )
-from bot.relay.queue import (
+from bot.relay.limits import (
+    DEFAULT_ADDRESS_BYTES,
+    DEFAULT_ADDRESS_COUNT,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_AGE_S,
     DEFAULT_RECIPIENT_BYTES,
     DEFAULT_RECIPIENT_COUNT,
     DEFAULT_SENDER_BYTES,
     DEFAULT_SENDER_COUNT,
+    DEFAULT_STRANGER_BYTES,
+    DEFAULT_STRANGER_COUNT,
     DEFAULT_TOTAL_BYTES,
-    Incoming,
-    PutResult,
+    DEFAULT_UNSEEN_BYTES,
+    DEFAULT_UNSEEN_COUNT,
+    DEFAULT_UNSEEN_MAX_AGE_S,
+    ConnectionLimits,
     QueueLimits,
-    RelayQueue,
 )
+from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued, RelayQueue
 
 log = logging.getLogger(__name__)
 
 PATH: Final = "/v1/connect"
-DEFAULT_QUEUE_CAP: Final = DEFAULT_RECIPIENT_COUNT
-DEFAULT_QUEUE_BYTES: Final = DEFAULT_RECIPIENT_BYTES
-DEFAULT_SENDER_QUEUE_CAP: Final = DEFAULT_SENDER_COUNT
-DEFAULT_MAX_AGE_S: Final = 7 * 24 * 3600
+MAX_REFUSED_FRAMES: Final = 10
+"""Refused frames in a row after which the connection is closed (code 1008)."""
 AUTH_TIMEOUT_S: Final = 10.0
 PURGE_INTERVAL_S: Final = 600.0
 DELIVER_PAGE: Final = 256
@@ -104,27 +123,172 @@ PRE_AUTH_MESSAGE_BYTES: Final = 64 * 1024
 """Before authentication, websockets itself closes (1009) on a larger message."""
 ANSWER_BACKLOG: Final = 1000
 """Unanswered frames per session before the relay stops reading from it (backpressure)."""
+WARNINGS_PER_MINUTE: Final = 20
+"""Warnings about refused frames and connections logged per minute; the rest are counted
+and summed up in one line."""
+LISTEN_BACKLOG: Final = 1024
 
+CLOSE_NORMAL: Final = 1000
+CLOSE_POLICY: Final = 1008
+CLOSE_TOO_BIG: Final = 1009
+CLOSE_INTERNAL: Final = 1011
+CLOSE_TRY_LATER: Final = 1013
 CLOSE_AUTH_FAILED: Final = 4401
 CLOSE_AUTH_TIMEOUT: Final = 4408
 CLOSE_REPLACED: Final = 4409
-CLOSE_INTERNAL: Final = 1011
-CLOSE_TOO_BIG: Final = 1009
 
 STORE_FAILED: Final = "unavailable"
 """Error code for a transient failure of the relay's own queue: the sender retries."""
+
+_OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class WarningBudget:
+    """Logs at most ``per_minute`` warnings a minute; the others are counted, and the count
+    is logged (one line) when the next minute's first warning is."""
+
+    def __init__(
+        self, per_minute: int = WARNINGS_PER_MINUTE, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._per_minute = per_minute
+        self._clock = clock
+        self._minute_started = -60.0
+        self._logged = 0
+        self._suppressed = 0
+
+    def warn(self, message: str, *args: object) -> None:
+        now = self._clock()
+        if now - self._minute_started >= 60.0:
+            if self._suppressed:
+                log.warning("%d more such warnings in the last minute", self._suppressed)
+            self._minute_started, self._logged, self._suppressed = now, 0, 0
+        if self._logged < self._per_minute:
+            self._logged += 1
+            log.warning(message, *args)
+        else:
+            self._suppressed += 1
+
+
+class _TransportLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """websockets' own log, without its line for every connection opened and closed: a
+    connection flood must not become a log flood (sessions are logged by the relay)."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level >= logging.WARNING:
+            super().log(level, msg, *args, **kwargs)
+
+
+class _Admission:
+    """Counts connections per address and decides which may stay."""
+
+    def __init__(self, limits: ConnectionLimits, warnings: WarningBudget) -> None:
+        self._limits = limits
+        self._warnings = warnings
+        self.total = 0
+        self._unauthenticated: Counter[str] = Counter()
+        self._authenticated: Counter[str] = Counter()
+
+    def admit(self, address: str) -> bool:
+        """Count a new connection, or refuse it (``False``) when a limit is reached."""
+        if self.total >= self._limits.total:
+            self._warnings.warn("refused a connection from %s: %d open", address, self.total)
+            return False
+        if self._unauthenticated[address] >= self._limits.unauthenticated_per_address:
+            self._warnings.warn(
+                "refused a connection from %s: %d unauthenticated connections from there",
+                address,
+                self._unauthenticated[address],
+            )
+            return False
+        self.total += 1
+        self._unauthenticated[address] += 1
+        return True
+
+    def authenticate(self, address: str, *, replacing: bool) -> bool:
+        """Count a connection as a session; ``False`` when its address has too many.
+        A session replacing one of the same id from the same address always may."""
+        if not replacing and self._authenticated[address] >= self._limits.authenticated_per_address:
+            self._warnings.warn(
+                "refused a session from %s: %d sessions from there",
+                address,
+                self._authenticated[address],
+            )
+            return False
+        self._drop(self._unauthenticated, address)
+        self._authenticated[address] += 1
+        return True
+
+    def release(self, address: str, *, authenticated: bool) -> None:
+        self.total -= 1
+        self._drop(self._authenticated if authenticated else self._unauthenticated, address)
+
+    @staticmethod
+    def _drop(counter: Counter[str], address: str) -> None:
+        counter[address] -= 1
+        if counter[address] <= 0:
+            del counter[address]
+
+
+class _Connection(ServerConnection):
+    """A WebSocket connection that is counted from the moment it is accepted, and closed
+    at once when a connection limit is reached."""
+
+    admission: _Admission
+    address: str = ""
+    admitted: bool = False
+    authenticated: bool = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.address = address_key(transport.get_extra_info("peername"))
+        self.admitted = self.admission.admit(self.address)
+        if not self.admitted:
+            assert isinstance(transport, asyncio.Transport)
+            transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.admitted:
+            self.admitted = False
+            self.admission.release(self.address, authenticated=self.authenticated)
+        super().connection_lost(exc)
+
+
+def _connection_type(admission: _Admission) -> type[ServerConnection]:
+    return type("RelayConnection", (_Connection,), {"admission": admission})
+
+
+class _Listener(socket.socket):
+    """A listening socket that makes asyncio pause accepting (for a second) when the
+    process is out of file descriptors, rather than retry at once in a loop, and that
+    reports it through ``on_exhausted``."""
+
+    on_exhausted: Callable[[OSError], None] | None = None
+    _quiet_until: float = 0.0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().accept()
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_DESCRIPTORS:
+                raise
+            now = time.monotonic()
+            if now < self._quiet_until:
+                # asyncio already paused this socket in this turn: end the turn quietly.
+                raise BlockingIOError(errno.EAGAIN, "paused") from exc
+            self._quiet_until = now + 0.5
+            if self.on_exhausted is not None:
+                self.on_exhausted(exc)
+            raise  # asyncio stops reading this socket and starts again a second later
 
 
 @dataclass(eq=False)
 class _Session:
     """One authenticated connection; ``wakeup`` is set when something is queued for it."""
 
-    ws: ServerConnection
+    ws: _Connection
     id: str
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-    acks: list[str] = field(default_factory=list)
-    """Acknowledged ids not yet deleted: acks arriving together share one transaction."""
-    answers: asyncio.Queue[str | _PendingSend] = field(
+    answers: asyncio.Queue[str | _PendingSend | _Close] = field(
         default_factory=lambda: asyncio.Queue(ANSWER_BACKLOG)
     )
     """Answers to the session's frames, in the order the frames came."""
@@ -134,6 +298,23 @@ class _Session:
     window_open: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while another delivery may be sent; once the window is full, it opens again
     when half of it is acknowledged (fewer wake-ups than one per ack)."""
+    active: float = field(default_factory=time.monotonic)
+    """When the session last carried something (a frame either way)."""
+    caught_up: bool = False
+    """Whether everything queued on disk for the session up to now has been sent."""
+    handed: deque[Queued] = field(default_factory=deque)
+    """Envelopes committed since the session caught up, to send from memory."""
+
+    def hand_over(self, item: Queued) -> None:
+        """Pass a newly committed envelope to the session; past ``DELIVER_WINDOW`` of
+        them, the session reads from disk again (memory stays bounded)."""
+        if self.caught_up:
+            if len(self.handed) < DELIVER_WINDOW:
+                self.handed.append(item)
+            else:
+                self.caught_up = False
+                self.handed.clear()
+        self.wakeup.set()
 
     def delivered(self, envelope_id: str, size: int) -> None:
         self.unacked.append((envelope_id, size))
@@ -162,6 +343,29 @@ class _PendingSend:
     result: asyncio.Future[PutResult | None]
 
 
+@dataclass(frozen=True)
+class _Close:
+    """Close the connection once the answers before this one are sent."""
+
+    code: int
+    reason: str
+
+
+class _Refusals:
+    """Refused frames in a row on one connection."""
+
+    def __init__(self) -> None:
+        self.in_a_row = 0
+
+    def count(self, refused: bool) -> bool:
+        """Record one answered frame; ``True`` once too many were refused in a row."""
+        self.in_a_row = self.in_a_row + 1 if refused else 0
+        return self.in_a_row >= MAX_REFUSED_FRAMES
+
+
+_TOO_MANY_REFUSALS: Final = _Close(CLOSE_POLICY, "too many refused frames")
+
+
 class RelayServer:
     """The relay, listening on ``ws://host:port/v1/connect``; use ``port=0`` in tests."""
 
@@ -171,16 +375,27 @@ class RelayServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        queue_cap: int = DEFAULT_QUEUE_CAP,
-        queue_bytes: int = DEFAULT_QUEUE_BYTES,
-        sender_queue_cap: int = DEFAULT_SENDER_QUEUE_CAP,
+        queue_cap: int = DEFAULT_RECIPIENT_COUNT,
+        queue_bytes: int = DEFAULT_RECIPIENT_BYTES,
+        sender_queue_cap: int = DEFAULT_SENDER_COUNT,
         sender_bytes: int = DEFAULT_SENDER_BYTES,
+        stranger_queue_cap: int = DEFAULT_STRANGER_COUNT,
+        stranger_bytes: int = DEFAULT_STRANGER_BYTES,
+        unseen_queue_cap: int = DEFAULT_UNSEEN_COUNT,
+        unseen_bytes: int = DEFAULT_UNSEEN_BYTES,
+        address_queue_cap: int = DEFAULT_ADDRESS_COUNT,
+        address_bytes: int = DEFAULT_ADDRESS_BYTES,
         total_bytes: int = DEFAULT_TOTAL_BYTES,
         max_age_s: float = DEFAULT_MAX_AGE_S,
+        unseen_max_age_s: float = DEFAULT_UNSEEN_MAX_AGE_S,
+        connections: ConnectionLimits | None = None,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S,
         auth_timeout: float = AUTH_TIMEOUT_S,
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
     ) -> None:
+        if not 0 <= port <= 65535:
+            raise RelayError(f"port {port} is out of range: use 0 to 65535")
         self._data_dir = data_dir
         self._host = host
         self._port = port
@@ -189,18 +404,38 @@ class RelayServer:
             recipient_bytes=queue_bytes,
             sender_count=min(sender_queue_cap, queue_cap),
             sender_bytes=min(sender_bytes, queue_bytes),
+            stranger_count=stranger_queue_cap,
+            stranger_bytes=stranger_bytes,
+            unseen_count=unseen_queue_cap,
+            unseen_bytes=unseen_bytes,
+            address_count=address_queue_cap,
+            address_bytes=address_bytes,
             total_bytes=total_bytes,
         )
         self._max_age_ms = int(max_age_s * 1000)
+        self._unseen_max_age_ms = int(unseen_max_age_s * 1000)
+        self._idle_timeout = idle_timeout
         self._auth_timeout = auth_timeout
         self._ping_interval = ping_interval
         self._ping_timeout = ping_timeout
+        self._warnings = WarningBudget()
+        self._admission = _Admission(connections or ConnectionLimits(), self._warnings)
         self._queue: RelayQueue | None = None
         self._server: Server | None = None
         self._purger: asyncio.Task[None] | None = None
         self._sessions: dict[str, _Session] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self._incoming: list[tuple[Incoming, asyncio.Future[PutResult | None]]] = []
+        self._batch = Batch()
+        self._waiting: list[asyncio.Future[PutResult | None]] = []
+        """One future per envelope in ``_batch.puts``, in the same order."""
+        self._batch_ready = asyncio.Event()
+        self._batch_written: asyncio.Future[None] | None = None
+        """Resolved once the batch now being filled is written (or failed)."""
+        self._disk = asyncio.Lock()
+        """Held while the queue writes (a batch in a worker thread, or a purge)."""
+        self._writer: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._previous_handler: Any = None
 
     @property
     def url(self) -> str:
@@ -216,25 +451,73 @@ class RelayServer:
     async def start(self) -> None:
         """Open the queue, purge expired envelopes and start listening."""
         self._queue = RelayQueue.open(self._data_dir, limits=self._limits)
-        self._purge()
         try:
-            self._server = await serve(
-                self._handle,
-                self._host,
-                self._port,
-                process_request=_only_relay_path,
-                max_size=PRE_AUTH_MESSAGE_BYTES,  # raised once the session is authenticated
-                max_queue=MAX_QUEUED_FRAMES,
-                compression=None,  # ciphertext: deflate costs CPU and saves little
-                ping_interval=self._ping_interval,
-                ping_timeout=self._ping_timeout,
-                server_header=None,
-            )
-        except OSError as exc:
+            self._purge()
+            listener = self._listen()
+        except (StoreError, RelayError):
             self._queue.close()
             self._queue = None
-            raise RelayError(f"cannot listen on {self._host}:{self._port}: {exc}") from exc
+            raise
+        loop = asyncio.get_running_loop()
+        self._previous_handler = loop.get_exception_handler()
+        loop.set_exception_handler(self._on_loop_exception)
+        self._server = await serve(
+            self._handle,
+            sock=listener,
+            process_request=_only_relay_path,
+            max_size=PRE_AUTH_MESSAGE_BYTES,  # raised once the session is authenticated
+            max_queue=MAX_QUEUED_FRAMES,
+            compression=None,  # ciphertext: deflate costs CPU and saves little
+            ping_interval=self._ping_interval,
+            ping_timeout=self._ping_timeout,
+            server_header=None,
+            create_connection=_connection_type(self._admission),
+            backlog=LISTEN_BACKLOG,
+            logger=_TransportLog(logging.getLogger("websockets.server")),
+        )
+        self._stopping = False
+        self._writer = asyncio.create_task(self._write_batches())
         self._purger = asyncio.create_task(self._purge_periodically())
+
+    def _listen(self) -> _Listener:
+        """Bind the listening socket (the first address ``host`` resolves to)."""
+        where = f"{self._host}:{self._port}"
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(
+                self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            listener = _Listener(family, kind, proto)
+        except OSError as exc:
+            raise RelayError(f"cannot listen on {where}: {exc}") from exc
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(address)
+        except OSError as exc:
+            listener.close()
+            raise RelayError(f"cannot listen on {where}: {exc}") from exc
+        listener.on_exhausted = self._out_of_descriptors
+        return listener
+
+    def _out_of_descriptors(self, exc: OSError) -> None:
+        self._warnings.warn(
+            "cannot accept connections (%s) with %d open: pausing for a second",
+            os.strerror(exc.errno or 0),
+            self._admission.total,
+        )
+
+    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Leave out asyncio's report of a pause that :class:`_Listener` already logged."""
+        exc = context.get("exception")
+        if (
+            isinstance(exc, OSError)
+            and exc.errno in _OUT_OF_DESCRIPTORS
+            and "accept" in str(context.get("message", ""))
+        ):
+            return
+        if self._previous_handler is not None:
+            self._previous_handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
     async def close(self) -> None:
         """Close every session (code 1001), stop listening and close the queue."""
@@ -247,6 +530,12 @@ class RelayServer:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+            asyncio.get_running_loop().set_exception_handler(self._previous_handler)
+        if self._writer is not None:
+            self._stopping = True
+            self._batch_ready.set()
+            await self._writer  # writes what came last
+            self._writer = None
         if self._queue is not None:
             self._queue.close()
             self._queue = None
@@ -265,34 +554,52 @@ class RelayServer:
 
     def _purge(self) -> None:
         assert self._queue is not None
-        removed = self._queue.purge(_now_ms() - self._max_age_ms)
+        now = _now_ms()
+        removed = self._queue.purge(
+            now - self._max_age_ms, unseen_older_than_ms=now - self._unseen_max_age_ms
+        )
         if removed:
             log.info("purged %d expired envelopes", removed)
 
     async def _purge_periodically(self) -> None:
-        interval = min(PURGE_INTERVAL_S, max(self._max_age_ms / 1000, 1.0))
+        shortest = min(self._max_age_ms, self._unseen_max_age_ms) / 1000
+        interval = min(PURGE_INTERVAL_S, max(shortest, 1.0))
         while True:
             await asyncio.sleep(interval)
             try:
-                self._purge()
+                async with self._disk:
+                    self._purge()
             except StoreError as exc:
                 log.error("relay queue purge failed: %s", exc)
 
     async def _handle(self, ws: ServerConnection) -> None:
+        assert isinstance(ws, _Connection)
         try:
             session_id = await self._authenticate(ws)
         except (ConnectionClosed, TimeoutError):
-            log.info("connection from %s closed before authentication", _peer(ws))
-            await ws.close(CLOSE_AUTH_TIMEOUT, "authentication timed out")
+            log.debug("connection from %s closed before authentication", _peer(ws))
+            await _close(ws, CLOSE_AUTH_TIMEOUT, "authentication timed out")
             return
         if session_id is None:
             return
+        previous = self._sessions.get(session_id)
+        replacing = previous is not None and previous.ws.address == ws.address
+        if not self._admission.authenticate(ws.address, replacing=replacing):
+            await _close(ws, CLOSE_TRY_LATER, "too many sessions from this address")
+            return
+        ws.authenticated = True
         ws.protocol.max_message_size = MAX_FRAME_BYTES
         session = _Session(ws, session_id)
-        previous = self._sessions.get(session_id)
         self._sessions[session_id] = session
-        replacing = " (replacing the previous session)" if previous else ""
-        log.info("session open: %s from %s%s", session_id, _peer(ws), replacing)
+        self._schedule_commit()
+        self._batch.connected.append(session_id)
+        written = self._batch_written  # the previous session's last acks come before
+        log.info(
+            "session open: %s from %s%s",
+            session_id,
+            _peer(ws),
+            " (replacing the previous session)" if previous else "",
+        )
         if previous is not None:
             closing = asyncio.create_task(
                 previous.ws.close(CLOSE_REPLACED, "replaced by a newer session")
@@ -300,14 +607,23 @@ class RelayServer:
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
         helpers = [
-            asyncio.create_task(self._deliver(session)),
+            asyncio.create_task(self._deliver(session, written)),
             asyncio.create_task(self._answer(session)),
         ]
+        if self._idle_timeout > 0:
+            helpers.append(asyncio.create_task(self._close_when_idle(session)))
+        refusals = _Refusals()
+        dropping = False
         try:
             await ws.send(ready_frame(session_id))
             session.wakeup.set()
             async for message in ws:
-                await self._on_frame(session, message)
+                if dropping:
+                    continue  # read and drop until the peer's closing frame comes
+                session.active = time.monotonic()
+                if refusals.count(await self._on_frame(session, message)):
+                    await session.answers.put(_TOO_MANY_REFUSALS)
+                    dropping = True
         except ConnectionClosed:
             pass
         finally:
@@ -323,50 +639,59 @@ class RelayServer:
     async def _authenticate(self, ws: ServerConnection) -> str | None:
         """Run the challenge; the session's id, or ``None`` after refusing it."""
         nonce = os.urandom(NONCE_BYTES)
+        refusals = _Refusals()
         await ws.send(challenge_frame(nonce))
         async with asyncio.timeout(self._auth_timeout):
             while True:
                 message = await ws.recv()
                 if _size(message) > PRE_AUTH_FRAME_BYTES:
                     detail = f"frames before auth are limited to {PRE_AUTH_FRAME_BYTES} bytes"
-                    await _refuse(ws, ErrorCode.TOO_LARGE, detail)
-                    await ws.close(CLOSE_TOO_BIG, "authenticate first")
+                    await self._refuse(ws, ErrorCode.TOO_LARGE, detail)
+                    await _close(ws, CLOSE_TOO_BIG, "authenticate first")
                     return None
                 try:
                     frame = parse_frame(message)
                 except FrameError as exc:
-                    await _refuse(ws, exc.code, exc.detail, exc.envelope_id)
-                    continue
-                if not isinstance(frame, Auth):
+                    await self._refuse(ws, exc.code, exc.detail, exc.envelope_id)
+                else:
+                    if isinstance(frame, Auth):
+                        try:
+                            return verify_auth_frame(frame.frame, nonce)
+                        except ProtocolError as exc:
+                            await self._refuse(ws, ErrorCode.AUTH_FAILED, str(exc))
+                            await _close(ws, CLOSE_AUTH_FAILED, "authentication failed")
+                            return None
                     envelope_id = frame.envelope_id if isinstance(frame, Send) else None
                     detail = "authenticate first"
-                    await _refuse(ws, ErrorCode.NOT_AUTHENTICATED, detail, envelope_id)
-                    continue
-                try:
-                    return verify_auth_frame(frame.frame, nonce)
-                except ProtocolError as exc:
-                    await _refuse(ws, ErrorCode.AUTH_FAILED, str(exc))
-                    await ws.close(CLOSE_AUTH_FAILED, "authentication failed")
+                    await self._refuse(ws, ErrorCode.NOT_AUTHENTICATED, detail, envelope_id)
+                if refusals.count(True):
+                    await _close(ws, _TOO_MANY_REFUSALS.code, _TOO_MANY_REFUSALS.reason)
                     return None
 
-    async def _on_frame(self, session: _Session, message: str | bytes) -> None:
+    async def _on_frame(self, session: _Session, message: str | bytes) -> bool:
+        """Handle one frame of a session; ``True`` if it was refused."""
         try:
             frame = parse_frame(message)
         except FrameError as exc:
-            answer = _refusal(session.id, exc.code, exc.detail, exc.envelope_id)
+            answer = self._refusal(session.id, exc.code, exc.detail, exc.envelope_id)
             await session.answers.put(answer)
-            return
+            return True
         if isinstance(frame, Send):
-            await session.answers.put(self._accept(session, frame))
-        elif isinstance(frame, Ack):
+            accepted = self._accept(session, frame)
+            await session.answers.put(accepted)
+            return isinstance(accepted, str)
+        if isinstance(frame, Ack):
             session.acknowledged(frame.id)
-            self._acknowledge(session, frame.id)
-        else:
-            detail = f"unexpected {type(frame).__name__.lower()} frame"
-            await session.answers.put(_refusal(session.id, ErrorCode.BAD_FRAME, detail))
+            self._schedule_commit()
+            self._batch.acks.append(Acknowledged(session.id, frame.id))
+            return False
+        detail = f"unexpected {type(frame).__name__.lower()} frame"
+        await session.answers.put(self._refusal(session.id, ErrorCode.BAD_FRAME, detail))
+        return True
 
     def _accept(self, session: _Session, frame: Send) -> str | _PendingSend:
-        """Check an envelope and hand it to the next queue transaction; the answer."""
+        """Check an envelope and hand it to the next transaction; its pending answer, or
+        the refusal to send at once."""
         try:
             envelope = parse_envelope(frame.envelope)
         except EnvelopeRefused as exc:
@@ -375,88 +700,178 @@ class RelayServer:
                 if exc.reason is RefusalReason.TOO_LARGE
                 else ErrorCode.BAD_ENVELOPE
             )
-            return _refusal(session.id, code, str(exc), frame.envelope_id)
+            return self._refusal(session.id, code, str(exc), frame.envelope_id)
         if envelope.sender != session.id:
             detail = "from is not this session's id"
-            return _refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
-        body = encode_envelope(frame.envelope)
-        item = Incoming(envelope.recipient, envelope.sender, envelope.id, body)
+            return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
+        body = frame.text if frame.text is not None else encode_envelope(frame.envelope)
+        item = Incoming(
+            envelope.recipient, envelope.sender, envelope.id, body, address=session.ws.address
+        )
         future: asyncio.Future[PutResult | None] = asyncio.get_running_loop().create_future()
-        if not self._incoming:
-            asyncio.get_running_loop().call_soon(self._commit_incoming)
-        self._incoming.append((item, future))
+        self._schedule_commit()
+        self._batch.puts.append(item)
+        self._waiting.append(future)
         return _PendingSend(envelope.id, future)
 
-    def _commit_incoming(self) -> None:
-        """Queue every envelope accepted since the last call in one transaction: envelopes
-        arriving together share one disk sync."""
-        batch, self._incoming = self._incoming, []
-        results: list[PutResult | None] = [None] * len(batch)
-        if self._queue is not None:
-            try:
-                results = list(self._queue.put_many([item for item, _ in batch], _now_ms()))
-            except StoreError as exc:
-                log.error("relay queue failed: %s", exc)
-        for (item, future), result in zip(batch, results, strict=True):
+    def _schedule_commit(self) -> None:
+        """Make sure the batch is written: by the next transaction, once the one being
+        written (if any) is committed."""
+        self._batch_ready.set()
+        if self._batch_written is None:
+            self._batch_written = asyncio.get_running_loop().create_future()
+
+    async def _write_batches(self) -> None:
+        """Write batches one after another, each in a worker thread, so that the event loop
+        goes on reading frames (into the next batch) while the disk syncs: everything that
+        arrives meanwhile, from every session, shares the next transaction."""
+        while not self._stopping:
+            await self._batch_ready.wait()
+            self._batch_ready.clear()
+            await self._commit()
+        await self._commit()
+
+    async def _commit(self) -> None:
+        """Write everything that arrived since the last call in one transaction (one disk
+        sync), then answer the senders and hand the envelopes to their recipients."""
+        batch, self._batch = self._batch, Batch()
+        waiting, self._waiting = self._waiting, []
+        written, self._batch_written = self._batch_written, None
+        try:
+            await self._write(batch, waiting)
+        finally:
+            if written is not None and not written.done():
+                written.set_result(None)
+
+    async def _write(self, batch: Batch, waiting: list[asyncio.Future[PutResult | None]]) -> None:
+        if not batch or self._queue is None:
+            return
+        results: list[PutResult | None] = [None] * len(batch.puts)
+        seqs = [0] * len(batch.puts)
+        try:
+            async with self._disk:
+                applied = await asyncio.to_thread(self._queue.apply, batch, _now_ms())
+        except StoreError as exc:
+            # Acks are lost with it: those envelopes come again, at-least-once holds.
+            log.error("relay queue failed: %s", exc)
+        else:
+            results, seqs = list(applied.results), applied.seqs
+            if applied.removed < len(batch.acks):
+                log.debug("%d acks for envelopes not queued", len(batch.acks) - applied.removed)
+        for item, future, result, seq in zip(batch.puts, waiting, results, seqs, strict=True):
             if not future.done():
                 future.set_result(result)
             recipient = self._sessions.get(item.recipient)
             if result is PutResult.QUEUED and recipient is not None:
-                recipient.wakeup.set()
+                recipient.hand_over(Queued(seq, item.envelope_id, _size(item.body), item.body))
 
     async def _answer(self, session: _Session) -> None:
         """Send the answers to the session's frames in order, each once it is known."""
         while True:
             answer = await session.answers.get()
+            if isinstance(answer, _Close):
+                await session.ws.close(answer.code, answer.reason)
+                return
             if isinstance(answer, _PendingSend):
-                answer = _send_answer(session.id, answer.envelope_id, await answer.result)
+                answer = self._send_answer(session.id, answer.envelope_id, await answer.result)
             await session.ws.send(answer)
 
-    def _acknowledge(self, session: _Session, envelope_id: str) -> None:
-        if not session.acks:
-            asyncio.get_running_loop().call_soon(self._delete_acknowledged, session)
-        session.acks.append(envelope_id)
+    async def _close_when_idle(self, session: _Session) -> None:
+        """Close the session once it has carried nothing for ``idle_timeout`` seconds."""
+        while (left := session.active + self._idle_timeout - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+        log.info("closing idle session %s", session.id)
+        await session.ws.close(CLOSE_NORMAL, "idle")
 
-    def _delete_acknowledged(self, session: _Session) -> None:
-        envelope_ids, session.acks = session.acks, []
-        if self._queue is None:
-            return  # closing: the envelopes are delivered again, at-least-once holds
-        try:
-            removed = self._queue.ack_many(session.id, envelope_ids)
-        except StoreError as exc:
-            log.error("relay queue failed: %s", exc)
-            return
-        if removed < len(envelope_ids):
-            log.debug(
-                "%d acks from %s for envelopes not queued", len(envelope_ids) - removed, session.id
-            )
-
-    async def _deliver(self, session: _Session) -> None:
+    async def _deliver(self, session: _Session, written: asyncio.Future[None] | None) -> None:
         """Stream the session's queue, oldest first, then whatever arrives for it; at most
-        ``DELIVER_WINDOW`` deliveries wait for their acks at any time."""
+        ``DELIVER_WINDOW`` deliveries wait for their acks at any time.
+
+        Once the queue on disk is sent, envelopes committed for the session are handed
+        over in memory (:meth:`_Session.hand_over`); when too many wait there, it reads
+        from disk again."""
         assert self._queue is not None
         last_seq = 0
         session.window_open.set()
+        if written is not None:
+            await asyncio.shield(written)  # shared with other sessions: never cancel it
+
+        async def send(item: Queued) -> None:
+            nonlocal last_seq
+            if item.seq <= last_seq:
+                return  # already sent from disk
+            await session.window_open.wait()
+            await session.ws.send(deliver_frame(item.body))
+            session.delivered(item.envelope_id, item.size)
+            session.active = time.monotonic()
+            last_seq = item.seq
+
         try:
             while True:
                 await session.wakeup.wait()
                 session.wakeup.clear()
-                while page := self._queue.pending(
-                    session.id,
-                    after_seq=last_seq,
-                    limit=min(DELIVER_PAGE, DELIVER_WINDOW),
-                    max_bytes=DELIVER_PAGE_BYTES,
-                ):
-                    for item in page:
-                        await session.window_open.wait()
-                        await session.ws.send(deliver_frame(item.body))
-                        session.delivered(item.envelope_id, item.size)
-                        last_seq = item.seq
+                if not session.caught_up:
+                    while page := self._queue.pending(
+                        session.id,
+                        after_seq=last_seq,
+                        limit=min(DELIVER_PAGE, DELIVER_WINDOW),
+                        max_bytes=DELIVER_PAGE_BYTES,
+                    ):
+                        for item in page:
+                            await send(item)
+                    session.caught_up = True
+                while session.handed:
+                    await send(session.handed.popleft())
         except ConnectionClosed:
             return
         except StoreError as exc:
             log.error("relay queue failed, closing session %s: %s", session.id, exc)
             await session.ws.close(CLOSE_INTERNAL, "relay queue failed")
+
+    def _refusal(self, who: str, code: str, detail: str, envelope_id: str | None = None) -> str:
+        """Log a refused frame (never its contents, and not too often) and return the
+        ``error`` frame for it."""
+        self._warnings.warn("refused frame from %s: %s (%s)", who, code, detail)
+        return error_frame(code, envelope_id, detail)
+
+    async def _refuse(
+        self, ws: ServerConnection, code: str, detail: str, envelope_id: str | None = None
+    ) -> None:
+        await ws.send(self._refusal(_peer(ws), code, detail, envelope_id))
+
+    def _send_answer(self, who: str, envelope_id: str, result: PutResult | None) -> str:
+        if result is None:
+            detail = "the relay queue failed, try again"
+            return self._refusal(who, STORE_FAILED, detail, envelope_id)
+        if result in (PutResult.QUEUED, PutResult.DUPLICATE):
+            return sent_frame(envelope_id)  # queued now, or already waiting: stored once
+        return self._refusal(who, ErrorCode.QUEUE_FULL, _FULL_DETAILS[result], envelope_id)
+
+
+_FULL_DETAILS: Final = {
+    PutResult.FULL: "the recipient's queue is full",
+    PutResult.SENDER_FULL: "your share of the recipient's queue is full",
+    PutResult.STRANGERS_FULL: "the recipient's queue for senders it has not heard is full",
+    PutResult.UNSEEN_FULL: "the recipient has never connected and its queue is full",
+    PutResult.ADDRESS_FULL: "your address has as much queued as it may",
+    PutResult.RELAY_FULL: "the relay is full",
+}
+
+
+async def _close(ws: ServerConnection, code: int, reason: str) -> None:
+    """Close with ``code``, reading (and dropping) whatever the peer still sends meanwhile:
+    its closing frame may be queued behind frames nobody reads any more."""
+    drain = asyncio.create_task(_drop_frames(ws))
+    try:
+        await ws.close(code, reason)
+    finally:
+        drain.cancel()
+
+
+async def _drop_frames(ws: ServerConnection) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        async for _ in ws:
+            pass
 
 
 def _only_relay_path(connection: ServerConnection, request: Request) -> Response | None:
@@ -465,31 +880,18 @@ def _only_relay_path(connection: ServerConnection, request: Request) -> Response
     return None
 
 
-def _refusal(who: str, code: str, detail: str, envelope_id: str | None = None) -> str:
-    """Log a refused frame (never its contents) and return the ``error`` frame for it."""
-    log.warning("refused frame from %s: %s (%s)", who, code, detail)
-    return error_frame(code, envelope_id, detail)
-
-
-async def _refuse(
-    ws: ServerConnection, code: str, detail: str, envelope_id: str | None = None
-) -> None:
-    await ws.send(_refusal(_peer(ws), code, detail, envelope_id))
-
-
-def _send_answer(who: str, envelope_id: str, result: PutResult | None) -> str:
-    if result is None:
-        return _refusal(who, STORE_FAILED, "the relay queue failed, try again", envelope_id)
-    if result in (PutResult.QUEUED, PutResult.DUPLICATE):
-        return sent_frame(envelope_id)  # queued now, or already waiting: stored once
-    return _refusal(who, ErrorCode.QUEUE_FULL, _FULL_DETAILS[result], envelope_id)
-
-
-_FULL_DETAILS: Final = {
-    PutResult.FULL: "the recipient's queue is full",
-    PutResult.SENDER_FULL: "your share of the recipient's queue is full",
-    PutResult.RELAY_FULL: "the relay is full",
-}
+def address_key(peer: object) -> str:
+    """The address a connection counts against: its IP, or the /64 of an IPv6 address."""
+    host = peer[0] if isinstance(peer, tuple) and peer else peer
+    try:
+        address = ipaddress.ip_address(str(host))
+    except ValueError:
+        return str(host)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 def _size(message: str | bytes) -> int:
@@ -505,35 +907,3 @@ def _peer(ws: ServerConnection) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def relay_command(args: argparse.Namespace) -> int:
-    """``skald-telegram relay``: serve until SIGTERM or Ctrl-C, then shut down cleanly."""
-    relay = RelayServer(
-        Path(args.data),
-        host=args.host,
-        port=args.port,
-        queue_cap=_given(args.queue_cap, DEFAULT_QUEUE_CAP),
-        queue_bytes=_given(args.queue_bytes, DEFAULT_QUEUE_BYTES),
-        sender_queue_cap=_given(args.sender_queue_cap, DEFAULT_SENDER_QUEUE_CAP),
-        sender_bytes=_given(args.sender_bytes, DEFAULT_SENDER_BYTES),
-        total_bytes=_given(args.total_bytes, DEFAULT_TOTAL_BYTES),
-        max_age_s=_given(args.max_age, DEFAULT_MAX_AGE_S),
-    )
-    asyncio.run(_serve_until_signalled(relay))
-    return 0
-
-
-def _given(value: int | None, default: int) -> int:
-    return default if value is None else value
-
-
-async def _serve_until_signalled(relay: RelayServer) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    async with relay:
-        log.info("relay listening on %s", relay.url)
-        await stop.wait()
-        log.info("relay shutting down")

@@ -13,6 +13,7 @@ asks for: a refusal, or an entity Telegram would silently drop, split or turn in
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field, replace
 
@@ -56,6 +57,17 @@ def parse_html(text: str) -> tuple[str, list[Entity]]:
     """
     stored = _analyse(text, limit=MESSAGE_LIMIT, too_long="message is too long", caption=False)
     return stored.text, stored.entities
+
+
+def parse_entities(text: str) -> tuple[str, list[Entity]]:
+    """The first step alone: the text and entities the markup itself gives, as tdlib's
+    ``parse_html`` returns them (and TDLib's ``parseTextEntities`` request), before Telegram
+    repairs nesting, trims, auto-detects links and caps the entity count.
+
+    Raises `HtmlRefused` with Telegram's description for markup Telegram refuses.
+    """
+    parsed = _Tokenizer(text).run()
+    return parsed.text, parsed.entities
 
 
 def parse_caption(text: str) -> tuple[str, list[Entity]]:
@@ -109,7 +121,7 @@ _TD_SPACES = frozenset(" \t\r\n\v\0")  # "\0" stands for the end of the C string
 _REMOVED_CHARACTERS = frozenset(
     [chr(c) for c in range(0x2028, 0x202F)] + ["\u0333", "\u033f", "\u030a"]
 )
-_TG_USER_LINK = re.compile(r"tg:(?://)?user\?id=(\d+)", re.IGNORECASE)
+_MAX_USER_ID = (1 << 40) - 1
 
 
 def _is_ascii_alnum(c: str) -> bool:
@@ -155,11 +167,7 @@ class _Tokenizer:
         return len(self.raw[:index].encode("utf-8", "surrogatepass"))
 
     def emit(self, c: str) -> None:
-        """Append one visible character, cleaned as tdlib cleans input strings."""
-        if c == "\r" or c in _REMOVED_CHARACTERS:
-            return
-        if ord(c) < 32 and c != "\n":
-            c = " "
+        """Append one visible character."""
         self.out.append(c)
         self.utf16 += 2 if ord(c) > 0xFFFF else 1
 
@@ -247,12 +255,8 @@ class _Tokenizer:
             i = self.skip_spaces(i)
             if src[i] == ">":
                 break
-            if src[i] == "\0":
-                raise self.refuse(
-                    f'Unclosed start tag "{name}" at byte offset {self.byte_offset(begin)}'
-                )
             attribute_begin = i
-            while src[i] not in _TD_SPACES and src[i] not in "=>":
+            while src[i] not in _TD_SPACES and src[i] not in "=>/\"'":
                 i += 1
             attribute = src[attribute_begin:i]
             if not attribute:
@@ -261,6 +265,10 @@ class _Tokenizer:
                     f"{self.byte_offset(begin)}"
                 )
             i = self.skip_spaces(i)
+            if src[i] == "\0":
+                raise self.refuse(
+                    f'Unclosed start tag "{name}" at byte offset {self.byte_offset(begin)}'
+                )
             value = ""
             if src[i] == "=":
                 value, i = self.attribute_value(name, begin, self.skip_spaces(i + 1))
@@ -373,8 +381,11 @@ class _Tokenizer:
     def close_link(self, tag: _OpenTag, offset: int, length: int) -> None:
         anchor = "".join(self.out[tag.text_index :])
         href = tag.argument or anchor
-        if _TG_USER_LINK.fullmatch(href):
-            self.entities.append(Entity("text_mention", offset, length, url=href))
+        user_id = _link_user_id(href)
+        if user_id is not None:
+            self.entities.append(
+                Entity("text_mention", offset, length, url=f"tg://user?id={user_id}")
+            )
             return
         scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", href)
         if scheme and scheme.group(1).lower() not in {"http", "https", "tg", "ton"}:
@@ -393,15 +404,13 @@ class _Tokenizer:
 
 
 def checked_link(href: str) -> str | None:
-    """Approximate tdlib's `LinkManager::get_checked_link`: the stored URL, or None."""
-    if not href or any(c.isspace() for c in href):
-        return None
+    """Follow tdlib's `LinkManager::get_checked_link` (and tdutils' `parse_url`): the URL
+    Telegram stores for a link, or None when it shows the text without one."""
     lowered = href.lower()
     for scheme in ("tg", "ton"):
         if lowered.startswith(scheme + ":"):
-            rest = href[len(scheme) + 1 :].lstrip("/")
-            return f"{scheme}://{rest}" if rest else None
-    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", href)
+            return _checked_app_link(scheme, href[len(scheme) + 1 :])
+    match = re.match(r"([^:/?#@\[\]]*)://", href)
     if match:
         scheme = match.group(1).lower()
         if scheme not in {"http", "https"}:
@@ -411,23 +420,101 @@ def checked_link(href: str) -> str | None:
         scheme, rest = "http", href
     split = re.search(r"[/?#]", rest)
     authority, tail = (rest[: split.start()], rest[split.start() :]) if split else (rest, "")
-    userinfo, _, hostport = authority.rpartition("@")
-    host, _, port = hostport.partition(":")
-    if port and not (port.isdigit() and 0 < int(port) < 65536):
+    port = ""
+    colon = max(authority.rfind(":"), -1)
+    if colon > 0 and colon > authority.rfind("]") and colon > authority.rfind("@"):
+        authority, port = authority[:colon], authority[colon + 1 :]
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            return None
+        port = str(int(port))
+    userinfo, at, host = authority.rpartition("@")
+    if host.startswith("[") and host.endswith("]"):
+        if not _valid_ipv6(host[1:-1]):
+            return None
+    elif not _url_part_ok(host, colon=False) or "." not in host or host == ".":
         return None
-    if not _valid_host(host):
+    if not _url_part_ok(userinfo, colon=True):
         return None
+    return f"{scheme}://{userinfo}{at if userinfo else ''}{_ascii_lower(host)}" + (
+        f":{port}" if port else ""
+    ) + _checked_tail(tail)
+
+
+def _link_user_id(href: str) -> int | None:
+    """The user a ``tg://user?id=N`` link mentions, as tdlib's ``get_link_user_id`` reads it."""
+    link = _ascii_lower(href)
+    if not link.startswith("tg:"):
+        return None
+    link = link[3:].removeprefix("//")
+    if not link.startswith("user"):
+        return None
+    link = link[4:].removeprefix("/")
+    if not link.startswith("?"):
+        return None
+    for parameter in link[1:].partition("#")[0].split("&"):
+        key, _, value = parameter.partition("=")
+        if key == "id":
+            if not (value.isascii() and value.isdigit() and str(int(value)) == value):
+                return None
+            user_id = int(value)
+            return user_id if 0 < user_id <= _MAX_USER_ID else None
+    return None
+
+
+def _checked_app_link(scheme: str, rest: str) -> str | None:
+    """A ``tg:`` or ``ton:`` link: a host of letters, digits, ``_`` and ``-``, then the rest."""
+    if rest.startswith("//"):
+        rest = rest[2:]
+    split = re.search(r"[/?#]", rest)
+    host, tail = (rest[: split.start()], rest[split.start() :]) if split else (rest, "")
+    if not host or not all(_is_ascii_alnum(c) or c in "_-" for c in host):
+        return None
+    tail = _percent_encoded(tail.rstrip(_URL_SPACES))
+    if tail.startswith("/?"):
+        tail = tail[1:]
+    if not tail.startswith(("/", "?")):
+        tail = "/" + tail
+    return f"{scheme}://{_ascii_lower(host)}{tail}"
+
+
+_URL_PART_CHARACTERS = frozenset(".-_!$,~*'();&+=")
+_URL_SPACES = " \t\r\n\v\f\0"
+
+
+def _url_part_ok(part: str, *, colon: bool) -> bool:
+    i = 0
+    while i < len(part):
+        c = part[i]
+        if _is_ascii_alnum(c) or c in _URL_PART_CHARACTERS or (colon and c == ":"):
+            i += 1
+        elif c == "%" and re.fullmatch(r"[0-9A-Fa-f]{2}", part[i + 1 : i + 3]):
+            i += 3
+        elif not c.isascii():
+            i += 1
+        else:
+            return False
+    return True
+
+
+def _valid_ipv6(address: str) -> bool:
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return "%" not in address
+
+
+def _checked_tail(tail: str) -> str:
+    """The path, query and fragment as stored: trailing spaces cut, control characters and
+    spaces percent-encoded, a leading ``/`` added."""
+    tail = tail.rstrip(_URL_SPACES)
     if not tail.startswith("/"):
         tail = "/" + tail
-    prefix = f"{userinfo}@" if userinfo else ""
-    port_part = f":{port}" if port else ""
-    return f"{scheme}://{prefix}{host.lower()}{port_part}{tail}"
+    return _percent_encoded(tail)
 
 
-def _valid_host(host: str) -> bool:
-    if "." not in host or host.startswith(".") or host.endswith("."):
-        return False
-    return all(label and all(c.isalnum() or c in "-_" for c in label) for label in host.split("."))
+def _percent_encoded(tail: str) -> str:
+    return "".join(f"%{ord(c):02X}" if ord(c) <= 0x20 else c for c in tail)
 
 
 # --- what Telegram does after parsing (fix_formatted_text) ---------------------------------
@@ -506,6 +593,7 @@ def _analyse(text: str, *, limit: int, too_long: str, caption: bool) -> _Stored:
     if raw_size > RAW_TEXT_LIMIT:
         raise HtmlRefused("Bad Request: text is too long")
     parsed = _Tokenizer(text).run()
+    parsed.text, parsed.entities = _clean(parsed.text, parsed.entities)
     units = _Units(parsed.text)
     notes = list(parsed.notes)
     entities = _fix_nesting(parsed.entities, units, notes)
@@ -525,6 +613,31 @@ def _analyse(text: str, *, limit: int, too_long: str, caption: bool) -> _Stored:
         )
         entities = _cap(entities)
     return _Stored(stored_text, sorted(entities, key=_sort_key), notes)
+
+
+def _clean(text: str, entities: list[Entity]) -> tuple[str, list[Entity]]:
+    """Clean the text as tdlib cleans input strings (no carriage returns, other control
+    characters as spaces, a few characters removed), moving the entities with it."""
+    kept: list[str] = []
+    moved = {0: 0}
+    old = new = 0
+    for c in text:
+        cleaned = c
+        if c == "\r" or c in _REMOVED_CHARACTERS:
+            cleaned = ""
+        elif ord(c) < 32 and c != "\n":
+            cleaned = " "
+        kept.append(cleaned)
+        old += utf16_length(c)
+        new += utf16_length(cleaned)
+        moved[old] = new
+    cleaned_text = "".join(kept)
+    if cleaned_text == text:
+        return text, entities
+    return cleaned_text, [
+        replace(e, offset=moved[e.offset], length=moved[e.end] - moved[e.offset])
+        for e in entities
+    ]
 
 
 def _fix_nesting(entities: list[Entity], units: _Units, notes: list[str]) -> list[Entity]:

@@ -1,6 +1,6 @@
-"""A local stand-in for the Telegram Bot API, served over real HTTP on loopback.
+"""A local stand-in for the Telegram Bot API, served over real HTTP on 127.0.0.1.
 
-The bot under test reaches it through python-telegram-bot's ``base_url``::
+A bot reaches it through python-telegram-bot's ``base_url`` (or ``telegram.api_url``)::
 
     async with TelegramStub(token="123:ABC") as tg:
         bot = Bot("123:ABC", base_url=f"{tg.api_url}/bot")
@@ -22,13 +22,23 @@ import email.policy
 import html
 import json
 import logging
+import math
+import socket
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tg_html import Entity, HtmlRefused, checked_link, parse_caption, parse_html
+import uvicorn
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from bot.playground.tg_html import Entity, HtmlRefused, checked_link, parse_caption, parse_html
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +56,10 @@ DEFAULT_UPDATE_TYPES = frozenset(
 PACED_METHODS = frozenset(
     {"sendMessage", "sendDocument", "editMessageText", "editMessageReplyMarkup"}
 )
+OVERALL_RATE = 30
+"""Messages a bot may send or edit in one second, all chats together (Telegram's bot FAQ)."""
+GROUP_RATE = 20
+"""Messages a bot may send or edit in one group in one minute (Telegram's bot FAQ)."""
 
 _QUERY_EXPIRED = "Bad Request: query is too old and response timeout expired or query ID is invalid"
 _NOT_MODIFIED = (
@@ -71,7 +85,8 @@ _JSON_PARAMS = frozenset(
         "commands", "scope", "entities", "caption_entities",
     }
 )  # fmt: skip
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+LOOPBACK = "127.0.0.1"
+"""The only address the stand-in listens on: it is for one person on their own machine."""
 
 
 class ApiError(Exception):
@@ -146,6 +161,10 @@ class StoredMessage:
     edit_date: int | None = None
     deleted: bool = False
     service: dict[str, Any] | None = None
+    force_reply: dict[str, Any] | None = None
+    """The ForceReply markup the message was sent with, which the page acts on."""
+    revision: int = 0
+    """Grows with every change of the stand-in's messages; the page's live feed follows it."""
 
     def version(self) -> MessageVersion:
         return MessageVersion(self.text, self.html, list(self.entities), self.reply_markup)
@@ -159,7 +178,7 @@ class RecordedRequest(NamedTuple):
     method: str
     params: dict[str, Any]
     at: float
-    """`loop.time()` when the request arrived."""
+    """When the request arrived, on the stand-in's clock (`loop.time()` by default)."""
 
 
 @dataclass
@@ -212,23 +231,37 @@ class _ChangeSignal:
         return True
 
 
-@dataclass
-class _HttpRequest:
-    method: str
-    target: str
-    headers: dict[str, str]
-    body: bytes
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the program that runs the stand-in owns them."""
 
-    @property
-    def keep_alive(self) -> bool:
-        return self.headers.get("connection", "").lower() != "close"
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
 
 
 class TelegramStub:
     """A fake Bot API server with a small world model; see the module docstring."""
 
-    def __init__(self, token: str = "123:ABC", *, long_poll_cap: float = LONG_POLL_CAP) -> None:
+    def __init__(
+        self,
+        token: str = "123:ABC",
+        *,
+        long_poll_cap: float = LONG_POLL_CAP,
+        port: int = 0,
+        bot_name: str = BOT_FIRST_NAME,
+        bot_username: str = BOT_USERNAME,
+        rate_limits: bool = False,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """``rate_limits`` answers 429 past Telegram's limits (:data:`OVERALL_RATE`,
+        :data:`GROUP_RATE`); tests that pace nothing leave it off. ``clock`` (seconds,
+        default the event loop's) times requests."""
         self.token = token
+        self.rate_limits = rate_limits
+        self._clock = clock
+        self.port = port
+        self.bot_name = bot_name
+        self.bot_username = bot_username
         prefix = token.partition(":")[0]
         self.bot_id = int(prefix) if prefix.isdigit() and int(prefix) != 777000 else 5000000001
         self.long_poll_cap = long_poll_cap
@@ -249,8 +282,10 @@ class TelegramStub:
         self._paced: list[tuple[float, int]] = []
         self._files: dict[str, StoredDocument] = {}
         self._changed = _ChangeSignal()
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._revision = 0
+        self._routes: list[BaseRoute] = []
+        self._server: _Server | None = None
+        self._serving: asyncio.Task[None] | None = None
         self._closing = False
         self.api_url = ""
         self._handlers = {
@@ -261,23 +296,50 @@ class TelegramStub:
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    def add_routes(self, routes: Iterable[BaseRoute]) -> None:
+        """Serve these routes too (the playground's page), before the Bot API's; call before
+        entering the context."""
+        self._routes.extend(routes)
+
     async def __aenter__(self) -> TelegramStub:
-        self._server = await asyncio.start_server(self._serve_connection, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.api_url = f"http://127.0.0.1:{port}"
-        logger.debug("telegram stub listening on port %d", port)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((LOOPBACK, self.port))
+        except OSError:
+            listener.close()
+            raise
+        self.port = listener.getsockname()[1]
+        app = Starlette(
+            routes=[*self._routes, Route("/{path:path}", self._answer, methods=["GET", "POST"])],
+            # A page elsewhere that resolves its own name to 127.0.0.1 gets nothing.
+            middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=[LOOPBACK, "localhost"])],
+        )
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off",
+            timeout_graceful_shutdown=2, timeout_keep_alive=30,
+        )  # fmt: skip
+        self._server = _Server(config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
+        while not self._server.started:
+            if self._serving.done():
+                await self._serving
+                raise RuntimeError("the Telegram stand-in stopped while starting")
+            await asyncio.sleep(0.005)
+        self.api_url = f"http://{LOOPBACK}:{self.port}"
+        logger.debug("telegram stand-in listening on %s:%d", LOOPBACK, self.port)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._closing = True
         self._changed.fire()
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     # --- world ---------------------------------------------------------------------------
 
@@ -329,8 +391,8 @@ class TelegramStub:
         return {
             "id": self.bot_id,
             "is_bot": True,
-            "first_name": BOT_FIRST_NAME,
-            "username": BOT_USERNAME,
+            "first_name": self.bot_name,
+            "username": self.bot_username,
         }
 
     # --- failure injection --------------------------------------------------------------
@@ -350,11 +412,12 @@ class TelegramStub:
 
     def rate_limit_storm(self, times: int, retry_after: int) -> None:
         """The next `times` sendMessage calls get 429 "retry after `retry_after`"."""
+        refusal = _too_many(retry_after)
         self.fail_next(
             "sendMessage",
-            error_code=429,
-            description=f"Too Many Requests: retry after {retry_after}",
-            parameters={"retry_after": retry_after},
+            error_code=refusal.error_code,
+            description=refusal.description,
+            parameters=refusal.parameters,
             times=times,
         )
 
@@ -446,6 +509,51 @@ class TelegramStub:
         """Every message of a chat in order, deleted ones flagged, each in its current state."""
         return list(self._messages.get(chat_id, {}).values())
 
+    def changed_since(self, revision: int) -> list[StoredMessage]:
+        """Every message created, edited or deleted after `revision`, oldest change first."""
+        changed = [
+            m for chat in self._messages.values() for m in chat.values() if m.revision > revision
+        ]
+        return sorted(changed, key=lambda m: m.revision)
+
+    async def wait_for_change(self, revision: int, timeout: float) -> None:
+        """Wait until a message changes after `revision`, the stand-in closes, or `timeout`."""
+        await self._changed.wait_until(
+            lambda: self._closing or self._revision > revision, timeout
+        )
+
+    def message_json(self, message: StoredMessage) -> dict[str, Any]:
+        """A message as the Bot API shows it, with what the page needs besides."""
+        result = self._message_json(message)
+        result["revision"] = message.revision
+        result["deleted"] = message.deleted
+        if message.force_reply:
+            result["force_reply"] = message.force_reply
+        return result
+
+    def world_json(self) -> dict[str, Any]:
+        """The bot, the users and the chats (with their members), for the page."""
+        chats = []
+        for chat in self._chats.values():
+            if chat.migrated_to is not None:
+                continue
+            members = [chat.user_id or chat.id] if chat.type == "private" else sorted(
+                chat.members - {self.bot_id}, key=lambda user_id: (user_id not in chat.admins,
+                                                                   user_id)
+            )
+            chats.append({**self._chat_json(chat), "members": members, "admins": chat.admins})
+        return {"bot": self.bot_user(), "users": list(self._users.values()), "chats": chats}
+
+    def document(self, file_id: str) -> StoredDocument | None:
+        return self._files.get(file_id)
+
+    async def answer_of(self, query_id: str, timeout: float) -> dict[str, Any] | None:
+        """The bot's answerCallbackQuery for a tap, once it comes; None after `timeout`."""
+        await self._changed.wait_until(
+            lambda: self._closing or query_id in self.callback_answers, timeout
+        )
+        return self.callback_answers.get(query_id)
+
     def bot_messages(self, chat_id: int) -> list[StoredMessage]:
         return [m for m in self.messages(chat_id) if m.from_id == self.bot_id]
 
@@ -478,32 +586,8 @@ class TelegramStub:
 
     # --- HTTP ---------------------------------------------------------------------------
 
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        try:
-            while not self._closing:
-                request = await _read_http_request(reader)
-                if request is None:
-                    break
-                status, body = await self._answer(request)
-                writer.write(_http_response(status, body, request.keep_alive))
-                await writer.drain()
-                if not request.keep_alive:
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            logger.debug("telegram stub: client went away")
-        finally:
-            self._connections.discard(task)
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-    async def _answer(self, request: _HttpRequest) -> tuple[int, bytes]:
-        path, _, query = request.target.partition("?")
+    async def _answer(self, request: Request) -> Response:
+        path = request.url.path
         prefix = f"/bot{self.token}/"
         try:
             if not path.startswith("/bot"):
@@ -511,7 +595,9 @@ class TelegramStub:
             if not path.startswith(prefix):
                 raise ApiError(401, "Unauthorized")
             method = path[len(prefix) :]
-            params = _request_params(request, query)
+            body = await request.body()
+            params = _request_params(request.headers.get("content-type", ""), body,
+                                     request.url.query)
             result = await self._call(method, params)
             payload: dict[str, Any] = {"ok": True, "result": result}
             status = 200
@@ -519,16 +605,18 @@ class TelegramStub:
             payload, status = error.payload(), error.error_code
         finally:
             self._changed.fire()
-        return status, json.dumps(payload).encode()
+        return JSONResponse(payload, status_code=status)
 
     async def _call(self, method: str, params: dict[str, Any]) -> Any:
         handler = self._handlers.get(method.lower())
         canonical = handler.__name__.removeprefix("_api_") if handler else method
-        loop = asyncio.get_running_loop()
-        self.requests.append(RecordedRequest(canonical, params, loop.time()))
+        now = self._clock() if self._clock else asyncio.get_running_loop().time()
+        self.requests.append(RecordedRequest(canonical, params, now))
         self._changed.fire()
         if canonical in PACED_METHODS and isinstance(params.get("chat_id"), int):
-            self._paced.append((loop.time(), params["chat_id"]))
+            if self.rate_limits:
+                self._check_rate(now, params["chat_id"])
+            self._paced.append((now, params["chat_id"]))
         failures = self._failures.get(method.lower())
         if failures:
             failure = failures[0]
@@ -539,6 +627,16 @@ class TelegramStub:
         if handler is None:
             raise ApiError(404, "Not Found: method not found")
         return await handler(params)
+
+    def _check_rate(self, now: float, chat_id: int) -> None:
+        """Refuse a send or edit past Telegram's limits, as Telegram does (429)."""
+        overall = [t for t, _ in self._paced if now - t < 1.0]
+        if len(overall) >= OVERALL_RATE:
+            raise _too_many(1)
+        if chat_id < 0:
+            in_group = [t for t, chat in self._paced if chat == chat_id and now - t < 60.0]
+            if len(in_group) >= GROUP_RATE:
+                raise _too_many(max(1, math.ceil(60.0 - (now - in_group[0]))))
 
     # --- Bot API methods ----------------------------------------------------------------
 
@@ -616,37 +714,39 @@ class TelegramStub:
         if not isinstance(text, str) or not text:
             raise bad_request("message text is empty")
         visible, entities = _parse(text, params.get("parse_mode"), caption=False)
-        markup = _checked_markup(params.get("reply_markup"))
-        message = self._store(
-            chat,
-            from_id=self.bot_id,
-            text=visible,
-            html=text,
-            entities=entities,
-            reply_markup=markup if markup and "inline_keyboard" in markup else None,
-            thread_id=params.get("message_thread_id"),
-            reply_to=self._reply_target(chat, params),
-        )
-        return self._message_json(message)
+        return self._message_json(self._store_sent(chat, params, visible, text, entities))
 
     async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
         chat = self._chat_to_send(params)
         document = self._document(params.get("document"), chat.id)
         caption = params.get("caption") or ""
         visible, entities = _parse(caption, params.get("parse_mode"), caption=True)
+        message = self._store_sent(chat, params, visible, caption or None, entities, document)
+        return self._message_json(message)
+
+    def _store_sent(
+        self,
+        chat: _Chat,
+        params: dict[str, Any],
+        visible: str,
+        html: str | None,
+        entities: list[Entity],
+        document: StoredDocument | None = None,
+    ) -> StoredMessage:
+        """Store what the bot sent, with the markup, thread and reply its request asks for."""
         markup = _checked_markup(params.get("reply_markup"))
-        message = self._store(
+        return self._store(
             chat,
             from_id=self.bot_id,
             text=visible,
-            html=caption or None,
+            html=html,
             entities=entities,
             reply_markup=markup if markup and "inline_keyboard" in markup else None,
             thread_id=params.get("message_thread_id"),
             reply_to=self._reply_target(chat, params),
             document=document,
+            force_reply=markup if markup and markup.get("force_reply") else None,
         )
-        return self._message_json(message)
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
         message = self._message_to_edit(params)
@@ -659,10 +759,7 @@ class TelegramStub:
         markup = _inline_markup(params.get("reply_markup"))
         if (visible, entities, markup) == (message.text, message.entities, message.reply_markup):
             raise ApiError(400, _NOT_MODIFIED)
-        message.edits.append(message.version())
-        message.text, message.html, message.entities = visible, text, entities
-        message.reply_markup = markup
-        message.edit_date = int(time.time())
+        self._edit(message, markup, (visible, text, entities))
         return self._message_json(message)
 
     async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> Any:
@@ -670,10 +767,22 @@ class TelegramStub:
         markup = _inline_markup(params.get("reply_markup"))
         if markup == message.reply_markup:
             raise ApiError(400, _NOT_MODIFIED)
+        self._edit(message, markup)
+        return self._message_json(message)
+
+    def _edit(
+        self,
+        message: StoredMessage,
+        markup: dict[str, Any] | None,
+        content: tuple[str, str, list[Entity]] | None = None,
+    ) -> None:
+        """Replace a message's keyboard (and its text, html and entities), keeping history."""
         message.edits.append(message.version())
+        if content is not None:
+            message.text, message.html, message.entities = content
         message.reply_markup = markup
         message.edit_date = int(time.time())
-        return self._message_json(message)
+        self._touch(message)
 
     async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
         chat = self._chat_to_send(params)
@@ -681,6 +790,7 @@ class TelegramStub:
         if message is None or message.deleted:
             raise bad_request("message to delete not found")
         message.deleted = True
+        self._touch(message)
         return True
 
     async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:
@@ -810,6 +920,7 @@ class TelegramStub:
         reply_to: int | None = None,
         document: StoredDocument | None = None,
         service: dict[str, Any] | None = None,
+        force_reply: dict[str, Any] | None = None,
     ) -> StoredMessage:
         message_id = self._next_message_id.get(chat.id, 1)
         self._next_message_id[chat.id] = message_id + 1
@@ -826,9 +937,15 @@ class TelegramStub:
             reply_to=reply_to,
             document=document,
             service=service,
+            force_reply=force_reply,
         )
         self._messages.setdefault(chat.id, {})[message_id] = message
+        self._touch(message)
         return message
+
+    def _touch(self, message: StoredMessage) -> None:
+        self._revision += 1
+        message.revision = self._revision
 
     def _inject_message(
         self, chat_id: int, user_id: int, service: dict[str, Any]
@@ -935,57 +1052,19 @@ class TelegramStub:
 # --- request decoding and validation -----------------------------------------------------
 
 
-async def _read_http_request(reader: asyncio.StreamReader) -> _HttpRequest | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    request_line, *header_lines = head.decode("latin-1").split("\r\n")
-    method, target, _version = request_line.split(" ", 2)
-    headers: dict[str, str] = {}
-    for line in header_lines:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = await _read_chunked(reader)
-    else:
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return _HttpRequest(method, target, headers, body)
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-        if size == 0:
-            await reader.readuntil(b"\r\n")
-            return b"".join(chunks)
-        chunks.append(await reader.readexactly(size))
-        await reader.readexactly(2)
-
-
-def _http_response(status: int, body: bytes, keep_alive: bool) -> bytes:
-    head = (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-        "Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
-
-
-def _request_params(request: _HttpRequest, query: str) -> dict[str, Any]:
+def _request_params(content_type: str, body: bytes, query: str) -> dict[str, Any]:
     """Decode the parameters the way the Bot API does: query, JSON, url-encoded or multipart."""
     raw: dict[str, Any] = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
-    content_type = request.headers.get("content-type", "")
     try:
         if content_type.startswith("application/json"):
-            raw.update(json.loads(request.body or b"{}"))
+            decoded = json.loads(body or b"{}")
+            if not isinstance(decoded, dict):
+                raise ValueError("expected a JSON object")
+            raw.update(decoded)
         elif content_type.startswith("application/x-www-form-urlencoded"):
-            raw.update(urllib.parse.parse_qsl(request.body.decode(), keep_blank_values=True))
+            raw.update(urllib.parse.parse_qsl(body.decode(), keep_blank_values=True))
         elif content_type.startswith("multipart/form-data"):
-            raw.update(_multipart_fields(content_type, request.body))
+            raw.update(_multipart_fields(content_type, body))
     except (ValueError, UnicodeDecodeError) as error:
         raise bad_request(f"can't parse request body: {error}") from None
     return {name: _typed(name, value) for name, value in raw.items()}
@@ -1093,6 +1172,11 @@ def _check_button(button: Any) -> None:
         raise bad_request(
             "can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
         )
+
+
+def _too_many(retry_after: int) -> ApiError:
+    return ApiError(429, f"Too Many Requests: retry after {retry_after}",
+                    {"retry_after": retry_after})
 
 
 def _scope_key(params: dict[str, Any]) -> str:

@@ -1,0 +1,8 @@
+"""The playground: a local stand-in for the Telegram Bot API and a web page that shows its chats.
+
+The stand-in (:mod:`bot.playground.stub`) is also what the tests run the bot against.
+"""
+
+DEFAULT_PORT = 8780
+"""Where the playground's page and Bot API listen unless ``--port`` says otherwise."""
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}/"

@@ -1,0 +1,103 @@
+"""``skald-telegram render FILE.json --playground``: post a payload's cards into the page.
+
+The cards go through the stand-in's Bot API exactly as the bot sends them (HTML parse mode,
+the attachment as a document), so a card that Telegram would refuse is refused here with
+Telegram's own error text, before it reaches production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+from bot.errors import BotApiError, RenderError
+from bot.preview import load_items
+from bot.protocol.payloads import InboxUpdate
+from bot.render import RenderedCard, Renderer
+from bot.render.values import SecretsMode
+
+TIMEOUT_S: Final = 10.0
+
+
+def post_command(args: argparse.Namespace) -> int:
+    """Post the cards of ``args.file`` into the playground at ``args.playground``; exit 1 if
+    the stand-in refused any of them (each refusal is printed)."""
+    update = load_items(Path(args.file))
+    renderer = Renderer(Path(args.templates) if args.templates else None)
+    group = args.chat_type == "group"
+    base = str(args.playground).rstrip("/")
+    with httpx.Client(timeout=TIMEOUT_S) as client:
+        target = _get(client, f"{base}/playground/bot")
+        chat_id = target["group" if group else "private"]
+        root = str(target["api_root"])
+        refused = 0
+        for title, card in _cards(update, renderer, "masked" if group else "spoiler"):
+            error = _send(client, root, chat_id, card)
+            if error is None:
+                print(f"✓ posted {title}")
+            else:
+                refused += 1
+                print(f"✗ {title}: {error}")
+    print(f"Open {base}/ to see them.")
+    return 1 if refused else 0
+
+
+def _cards(update: InboxUpdate, renderer: Renderer,
+           secrets: SecretsMode) -> Iterator[tuple[str, RenderedCard]]:
+    now = datetime.now(UTC)
+    for approval in update.approvals:
+        yield f"approval {approval.id}", renderer.approval_card(
+            approval, agent_name=update.agent_name, secrets=secrets, now=now)
+    for question in update.clarifications:
+        yield f"question {question.id}", renderer.question_card(
+            question, agent_name=update.agent_name, now=now)
+
+
+def _send(client: httpx.Client, root: str, chat_id: int, card: RenderedCard) -> str | None:
+    """Send one card (and its attachment); Telegram's description when refused."""
+    answer = _post(client, f"{root}/sendMessage", data={
+        "chat_id": str(chat_id), "text": card.html, "parse_mode": "HTML",
+        "link_preview_options": json.dumps({"is_disabled": True}),
+    })
+    if not answer.get("ok"):
+        return str(answer.get("description", "refused"))
+    if card.attachment is not None:
+        answer = _post(
+            client, f"{root}/sendDocument",
+            data={"chat_id": str(chat_id), "reply_to_message_id": str(answer["result"]
+                                                                       ["message_id"])},
+            files={"document": (card.attachment.filename, card.attachment.content,
+                                "text/plain")},
+        )  # fmt: skip
+        if not answer.get("ok"):
+            return f"attachment: {answer.get('description', 'refused')}"
+    return None
+
+
+def _get(client: httpx.Client, url: str) -> dict[str, Any]:
+    try:
+        response = client.get(url)
+        body = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise RenderError(
+            f"no playground answers at {url}: start one with skald-telegram demo ({exc})"
+        ) from exc
+    if not isinstance(body, dict) or "api_root" not in body:
+        raise RenderError(f"{url} is not a skald-telegram playground")
+    return body
+
+
+def _post(client: httpx.Client, url: str, **request: Any) -> dict[str, Any]:
+    try:
+        body = client.post(url, **request).json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise BotApiError(f"the playground stopped answering: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BotApiError("the playground answered something that is not a Bot API reply")
+    return body

@@ -1,0 +1,161 @@
+"""``skald-telegram demo`` without a token: the playground.
+
+Everything runs in one process and listens on 127.0.0.1 only: the local Bot API stand-in
+with its web page, the built-in relay, the demo agent and the real bot. The demo agent is
+paired at once with your private chat and with a group, "Ops team", whose approvals need
+two of its approvers; the page shows both chats and lets you act as any of their members.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import secrets
+import sys
+import tempfile
+import webbrowser
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, TextIO
+
+from bot.app import Bot
+from bot.config import parse_config
+from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
+from bot.errors import SkaldError
+from bot.keyfile import load_or_create_identity
+from bot.playground import DEFAULT_PORT
+from bot.playground.page import page_routes
+from bot.playground.stub import LOOPBACK, TelegramStub
+from bot.protocol.payloads import Person
+from bot.relay.server import RelayServer
+from bot.render import Renderer
+from bot.signals import run_until_stopped
+from bot.testing.agent import Agent
+
+BOT_NAME: Final = "Skald Playground"
+BOT_USERNAME: Final = "skald_playground_bot"
+ADA: Final = Person("Ada Lovelace", 1001, "ada")
+BOB: Final = Person("Bob Builder", 1002, "bob")
+CAROL: Final = Person("Carol Shaw", 1003, "carol")
+DAVE: Final = Person("Dave Reed", 1004, "dave")
+YOU: Final = 1001
+"""Ada's user id: the page acts as her first, and her private chat has this id."""
+OPS_TEAM: Final = -1001000000042
+OPS_TITLE: Final = "Ops team"
+OPS_APPROVERS: Final = (1001, 1002, 1003)
+OPS_OBSERVERS: Final = (1004,)
+OPS_QUORUM: Final = 2
+
+LOOPBACK_NOTICE: Final = (
+    "🔒 Every socket of the playground (page, Bot API, relay) listens on 127.0.0.1 only: "
+    "it is for you, on this machine."
+)
+
+
+class PlaygroundError(SkaldError):
+    """The playground cannot start (its port is taken, say)."""
+
+
+@dataclass(frozen=True)
+class PlaygroundOptions:
+    """What the playground runs with."""
+
+    state: Path | None = None
+    """Where the relay, the bot and the agent keep their state; a temporary folder if unset."""
+    port: int = DEFAULT_PORT
+    open_browser: bool = True
+    chat_pace_s: float = 1.0
+
+
+async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
+                         out: TextIO) -> int:
+    """Run the playground until ``stop`` is set; the exit code."""
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    say("🧪 PLAYGROUND: a local stand-in for Telegram; no token and no account needed.")
+    say(LOOPBACK_NOTICE)
+    with contextlib.ExitStack() as cleanup:
+        state = options.state
+        if state is None:
+            state = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="skald-play-")))
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        token = f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}"
+        stub = _stand_in(token, options.port)
+        try:
+            async with stub, RelayServer(state / "relay", host=LOOPBACK) as relay:
+                identity = load_or_create_identity(state / "demo-agent.json", AGENT_NAME)
+                agent = Agent(identity, relay.url)
+                demo = DemoAgent(agent, out)
+                await agent.start()
+                try:
+                    config = parse_config(_config(token, stub.api_url, options), base=state)
+                    async with Bot(config) as running:
+                        renderer = Renderer(config.templates_dir)
+                        for chat_id, place in ((YOU, "your private chat"),
+                                               (OPS_TEAM, f"the group “{OPS_TITLE}”")):
+                            if not await pair_chat(running, agent, chat_id, ADA, renderer):
+                                raise PlaygroundError("the demo agent did not pair in time")
+                            say(f"🔗 Paired the demo agent with {place}.")
+                        url = f"{stub.api_url}/"
+                        say(f"👉 Open {url}  (Bot API: {stub.api_url}/bot<token>/<method>)")
+                        say(f"   Try a payload: skald-telegram render FILE.json --playground {url}")
+                        say("   Ctrl-C stops the playground.")
+                        if options.open_browser:
+                            webbrowser.open(url)
+                        demo.submit(datetime.now(UTC), where="the page")
+                        await demo.report(stop)
+                        say("Stopping the playground…")
+                finally:
+                    await agent.stop()
+        except OSError as exc:
+            raise PlaygroundError(
+                f"cannot listen on {LOOPBACK}:{options.port}: {exc.strerror or exc} "
+                "(pass --port 0 for any free port)"
+            ) from exc
+    return 0
+
+
+def _stand_in(token: str, port: int) -> TelegramStub:
+    stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME,
+                        rate_limits=True)
+    for person in (ADA, BOB, CAROL, DAVE):
+        first, _, last = person.name.partition(" ")
+        stub.add_user(_user_id(person), first, last or None, username=person.username)
+    stub.add_private_chat(YOU)
+    members = [user for user in (*OPS_APPROVERS, *OPS_OBSERVERS) if user != YOU]
+    stub.add_group(OPS_TEAM, OPS_TITLE, admins=[YOU], members=members)
+    roles = {**dict.fromkeys(OPS_APPROVERS, "approver"), **dict.fromkeys(OPS_OBSERVERS,
+                                                                         "observer")}
+    stub.add_routes(page_routes(stub, roles={OPS_TEAM: roles}))
+    return stub
+
+
+def _user_id(person: Person) -> int:
+    assert person.telegram_user_id is not None
+    return person.telegram_user_id
+
+
+def _config(token: str, api_url: str, options: PlaygroundOptions) -> dict[str, object]:
+    return {
+        "telegram": {"token": token, "api_url": api_url, "admins": [YOU],
+                     "chat_pace_seconds": options.chat_pace_s},
+        "state": {"dir": "bot"},
+        "chats": [{"id": OPS_TEAM, "required_approvals": OPS_QUORUM,
+                   "approvers": list(OPS_APPROVERS)}],
+    }
+
+
+def playground_command(args: argparse.Namespace) -> int:
+    """``skald-telegram demo`` in playground mode."""
+    quiet_logs(args.verbose)
+    options = PlaygroundOptions(
+        state=Path(args.state) if args.state else None,
+        port=args.port,
+        open_browser=not args.no_browser,
+    )
+    return asyncio.run(
+        run_until_stopped(lambda stop: run_playground(options, stop=stop, out=sys.stdout))
+    )

@@ -1,0 +1,257 @@
+"""The playground without a browser: ``skald-telegram demo`` with no token, its sockets, its
+page's live feed and actions over real HTTP, and ``render --playground``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_demo import Output
+
+from bot.cli import main as cli_main
+from bot.playground.page import page_routes
+from bot.playground.session import OPS_TEAM, YOU, PlaygroundOptions, run_playground
+from bot.playground.stub import TelegramStub
+
+TIMEOUT = 15.0
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"TELEGRAM_BOT_TOKEN", "SKALD_TELEGRAM_CONFIG"}}
+    return {**env, **extra}
+
+
+async def _start(tmp_path: Path, *flags: str, env: dict[str, str]) -> tuple[Any, list[str]]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "demo", "--no-browser", "--port", "0",
+        "--state", str(tmp_path / "state"), *flags,
+        env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    lines: list[str] = []
+    async with asyncio.timeout(TIMEOUT):
+        while not lines or "Open http" not in lines[-1]:
+            line = await process.stdout.readline()
+            assert line, f"the playground ended early: {lines}"
+            lines.append(line.decode())
+    return process, lines
+
+
+def _listening(pid: int) -> list[str]:
+    """The local addresses of every TCP socket the process listens on."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        found = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
+        if found:
+            inodes.add(found.group(1))
+    addresses = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                addresses.append(fields[1])
+    return addresses
+
+
+async def test_demo_without_a_token_is_the_playground_on_loopback_only(tmp_path: Path) -> None:
+    process, lines = await _start(tmp_path, env=_env())
+    try:
+        assert "PLAYGROUND" in lines[0]
+        assert "127.0.0.1 only" in lines[1]
+        url = re.search(r"Open (http://127\.0\.0\.1:\d+/)", lines[-1])
+        assert url is not None
+        listening = _listening(process.pid)
+        assert len(listening) >= 2  # the page with the Bot API, and the relay
+        assert all(address.startswith("0100007F:") for address in listening), listening
+        async with httpx.AsyncClient() as client:
+            page = await client.get(url.group(1))
+        assert page.status_code == 200 and "/static/app.js" in page.text
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, _ = await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert process.returncode == 0
+    assert b"Stopping the playground" in rest
+
+
+async def test_playground_flag_wins_over_a_token(tmp_path: Path) -> None:
+    process, lines = await _start(tmp_path, "--playground",
+                                  env=_env(TELEGRAM_BOT_TOKEN="123456:REAL-token"))
+    process.send_signal(signal.SIGINT)
+    await asyncio.wait_for(process.communicate(), TIMEOUT)
+    assert "PLAYGROUND" in lines[0]
+    assert "REAL-token" not in "".join(lines)
+
+
+class Feed:
+    """The page's live feed, read as the page reads it."""
+
+    def __init__(self) -> None:
+        self.world: dict[str, Any] = {}
+        self.messages: dict[tuple[int, int], dict[str, Any]] = {}
+        self.changed = asyncio.Event()
+
+    async def follow(self, client: httpx.AsyncClient, url: str) -> None:
+        async with client.stream("GET", f"{url}playground/events") as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            event = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    event = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    data = json.loads(line.removeprefix("data: "))
+                    if event == "world":
+                        self.world = data
+                    else:
+                        self.messages[data["chat"]["id"], data["message_id"]] = data
+                    self.changed.set()
+
+    def cards(self, chat_id: int, needle: str = "") -> list[dict[str, Any]]:
+        return [m for (chat, _), m in sorted(self.messages.items())
+                if chat == chat_id and m.get("text", "").startswith(("🤖", "❓"))
+                and needle in m["text"]]
+
+    async def until(self, condition: Any) -> None:
+        async with asyncio.timeout(TIMEOUT):
+            while not condition():
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@pytest.fixture
+async def playground(tmp_path: Path) -> AsyncIterator[tuple[str, Output]]:
+    out, stop = Output(), asyncio.Event()
+    options = PlaygroundOptions(state=tmp_path / "state", port=0, open_browser=False,
+                                chat_pace_s=0)
+    task = asyncio.create_task(run_playground(options, stop=stop, out=out))
+    text = await out.wait_for("Open http", TIMEOUT)
+    url = re.search(r"Open (http://\S+/)", text)
+    assert url is not None
+    try:
+        yield url.group(1), out
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, TIMEOUT) == 0
+
+
+def _button(message: dict[str, Any], label: str) -> str:
+    for row in message["reply_markup"]["inline_keyboard"]:
+        for button in row:
+            if label in button["text"]:
+                return str(button["callback_data"])
+    raise AssertionError(f"no {label!r} button")
+
+
+async def test_the_page_feed_and_actions(playground: tuple[str, Output]) -> None:
+    url, out = playground
+    ada, dave = YOU, 1004
+    feed = Feed()
+    async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        follower = asyncio.create_task(feed.follow(client, url))
+        try:
+            await feed.until(lambda: len(feed.cards(ada)) == 5 and len(feed.cards(OPS_TEAM)) == 5)
+            names = {u["first_name"] for u in feed.world["users"]}
+            assert names == {"Ada", "Bob", "Carol", "Dave"}
+            assert feed.world["roles"][str(OPS_TEAM)][str(dave)] == "observer"
+            deploy = feed.cards(ada, "API key")[0]
+            assert any(e["type"] == "spoiler" for e in deploy["entities"])
+
+            email = feed.cards(ada, "send_email")[0]
+            tapped = await client.post(f"{url}playground/tap", json={
+                "chat_id": ada, "message_id": email["message_id"], "user_id": ada,
+                "data": _button(email, "Approve")})
+            assert tapped.json()["ok"] is True
+            await out.wait_for("✅ approved send_email by Ada Lovelace (@ada)", TIMEOUT)
+            await feed.until(lambda: "reply_markup" not in feed.cards(ada, "send_email")[0])
+
+            shell = feed.cards(OPS_TEAM, "run_shell")[0]
+            refused = await client.post(f"{url}playground/tap", json={
+                "chat_id": OPS_TEAM, "message_id": shell["message_id"], "user_id": dave,
+                "data": _button(shell, "Approve")})
+            answer = refused.json()["result"]
+            assert answer["show_alert"] is True and "Ada" in answer["text"]
+
+            outsider = await client.post(f"{url}playground/send", json={
+                "chat_id": ada, "user_id": dave, "text": "hi"})
+            assert outsider.status_code == 403
+            assert outsider.json()["description"].startswith("Forbidden: ")
+            plain = await client.post(f"{url}playground/send", content=b'{"chat_id": 1}',
+                                      headers={"Content-Type": "text/plain"})
+            assert plain.status_code == 400
+            rebound = await client.get(f"{url}playground/bot", headers={"Host": "evil.example"})
+            assert rebound.status_code == 400 and "api_root" not in rebound.text
+            garbled = await client.post(f"{url}playground/send", content=b"{not json",
+                                        headers={"Content-Type": "application/json"})
+            assert garbled.json() == {"ok": False, "error_code": 400,
+                                      "description": "Bad Request: can't parse request body "
+                                                     "as JSON"}
+            sent = await client.post(f"{url}playground/send", json={
+                "chat_id": ada, "user_id": ada, "text": "/pending"})
+            assert sent.json()["ok"] is True
+            await feed.until(lambda: any(m.get("text", "").startswith("Waiting for a decision")
+                                         for m in feed.messages.values()))
+            missing = await client.get(f"{url}playground/files/nothing")
+            assert missing.status_code == 404
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+
+
+async def test_unparseable_bot_api_requests_get_telegrams_400() -> None:
+    async with TelegramStub(token="123:ABC") as tg, httpx.AsyncClient() as client:
+        for body in (b"{nope", b"[1, 2]"):
+            response = await client.post(f"{tg.api_url}/bot123:ABC/sendMessage", content=body,
+                                         headers={"Content-Type": "application/json"})
+            assert response.status_code == 400
+            answer = response.json()
+            assert answer["ok"] is False and answer["error_code"] == 400
+            assert answer["description"].startswith("Bad Request: can't parse request body")
+
+
+async def test_render_posts_a_payloads_cards_into_the_playground(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tg = TelegramStub(token="777001:PLAY")
+    tg.add_user(1001, "Ada")
+    tg.add_private_chat(1001)
+    tg.add_group(-100123, "Ops team", admins=[1001], members=[])
+    tg.add_routes(page_routes(tg))
+    example = str(ROOT / "tests" / "data" / "render-example.json")
+    async with tg:
+        url = f"{tg.api_url}/"
+        code = await asyncio.to_thread(cli_main, ["render", example, "--playground", url])
+        assert code == 0
+        printed = capsys.readouterr().out
+        assert "✓ posted approval apr_email_1" in printed
+        cards = tg.bot_messages(1001)
+        assert cards and "send_email" in cards[0].text
+        assert any(e.type == "bold" for e in cards[0].entities)
+
+        broken = tmp_path / "templates"
+        broken.mkdir()
+        (broken / "approval.html.j2").write_text("<b>{{ tool }}<br></b>\n")
+        code = await asyncio.to_thread(cli_main, [
+            "render", example, "--playground", url, "--chat-type", "group",
+            "--templates", str(broken)])
+        assert code == 1
+        printed = capsys.readouterr().out
+        assert "✗ approval apr_email_1: Bad Request: can't parse entities: " \
+               'Unsupported start tag "br"' in printed
+        assert not any("send_email" in m.text for m in tg.bot_messages(-100123))
+
+
+def test_render_without_a_playground_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(ROOT / "tests" / "data" / "render-example.json")
+    assert cli_main(["render", example, "--playground", "http://127.0.0.1:9/"]) == 1
+    err = capsys.readouterr().err
+    assert "no playground answers at http://127.0.0.1:9/playground/bot" in err
