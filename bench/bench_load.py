@@ -30,14 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from bench_bot import _bot_environment, _percentile
+from bench_bot import _bot_environment, _now, _percentile, _until
 from world import FAST_RELAY, TOKEN, approval
 
 from bot.config import load_config
@@ -100,18 +100,6 @@ class Process:
         """User and system CPU seconds the bot process has used so far."""
         fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _now() -> float:
-    return asyncio.get_running_loop().time()
-
-
-async def _until(condition: Callable[[], bool], what: str, timeout: float = TIMEOUT_S) -> None:
-    deadline = _now() + timeout
-    while not condition():
-        if _now() > deadline:
-            raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
-        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager
@@ -177,7 +165,7 @@ class Bench:
 
     async def holds(self, agent: Agent, count: int) -> None:
         await _until(lambda: _open_items(self.database, agent.identity.id) >= count,
-                     f"the bot to hold {count} items of {agent.identity.name}")
+                     f"the bot to hold {count} items of {agent.identity.name}", TIMEOUT_S)
 
     async def decide(self, user: int, agent: Agent, needle: str) -> tuple[float, float]:
         """Wait for the card holding ``needle`` in ``user``'s chat, tap Approve once the bot
@@ -195,7 +183,8 @@ class Bench:
         await tg.wait_for(posted, timeout=TIMEOUT_S)
         to_card = _now() - started
         assert card is not None
-        await _until(lambda: self._recorded(card.message_id, user), "the card's record")
+        await _until(lambda: self._recorded(card.message_id, user), "the card's record",
+                     TIMEOUT_S)
         decided = len(agent.decisions)
         data = next(b["callback_data"] for b in card.buttons() if "Approve" in b["text"])
         tapped = _now()
@@ -274,7 +263,7 @@ async def _scenarios(sizes: Sizes, bench: Bench) -> None:
     applied = max(e[1] for e in seen["envelopes"])
     holder.resolve("snap00000", "cancelled")  # the next snapshot: the others unchanged
     await _until(lambda: _open_items(bench.database, holder.identity.id) < sizes.snapshot,
-                 "the bot to apply the next snapshot")
+                 "the bot to apply the next snapshot", TIMEOUT_S)
     again = max(e[1] for e in (await bot.report())["envelopes"])
     print(f"   one inbox_update of {sizes.snapshot:,} items")
     _row(f"applying it (loop time; goal ≤ {_ms(SNAPSHOT_GOAL_S)})", _ms(applied),
