@@ -127,7 +127,7 @@ class AuditRow:
     detail: dict[str, Any]
 
 
-PARSED_ITEMS_KEPT = 8
+PARSED_ITEMS_KEPT = 4
 
 
 def parse_item(item: ItemRow) -> Approval | Clarification:

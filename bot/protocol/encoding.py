@@ -27,7 +27,6 @@ _URLSAFE_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 _UNUSED_BITS = {1: 0b11, 2: 0b1111}
 """Bits of the last character that carry no data, by the padding it lacks."""
 
-# A JSON string (escapes included), a lone quote (an unterminated string) or a bracket.
 _JSON_NESTING_TOKEN = re.compile(
     r'[^"\[\]{}]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"\[\]{}]*)*([\[\]{}"]|$)', re.DOTALL
 )

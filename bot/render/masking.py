@@ -136,7 +136,7 @@ class Masker:
 NO_SECRETS = Masker(())
 """A masker that hides nothing."""
 
-MASKERS_KEPT = 64
+MASKERS_KEPT = 16
 
 
 def masker(secrets: Iterable[str]) -> Masker:
