@@ -18,18 +18,22 @@ from telegram.ext import Application, ApplicationBuilder, Defaults
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Config
-from bot.errors import BotApiError
-from bot.health import HEARTBEAT_S, write_status
+from bot.errors import BotApiError, BotFailed
+from bot.health import HEARTBEAT_S, remove_status, write_status
 from bot.keyfile import load_or_create_identity
+from bot.logsafety import redact_value
 from bot.relay_pool import RelayPool
 from bot.render import Renderer
 from bot.signals import until_signalled
+from bot.statedir import ensure_state_dir
 from bot.store import Store
+from bot.supervisor import Supervisor
 from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
 from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
+from bot.tg.update_inbox import UpdateInbox
 from bot.tg.worker import CardWorker
 
 log = logging.getLogger(__name__)
@@ -81,7 +85,7 @@ class Running:
     timers: Timers
     handlers: Handlers
     changed: asyncio.Event
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
     def apply(self, changes: Changes) -> None:
         """Act on what a use case of :attr:`bridge` changed (after its commit)."""
@@ -102,11 +106,13 @@ class Bot:
         clock: Clock = SYSTEM_CLOCK,
         on_start: OnStart | None = None,
         relay_options: dict[str, float] | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
         self._on_start = on_start
         self._relay_options = relay_options or {}
+        self._supervisor = supervisor
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def __aenter__(self) -> Running:
@@ -128,6 +134,8 @@ class Bot:
     async def _start(self, stack: contextlib.AsyncExitStack) -> Running:
         """Start every part, registering its shutdown on ``stack`` (undone in reverse)."""
         config = self._config
+        redact_value(config.token)
+        ensure_state_dir(config.state_dir)
         limiter = BotRateLimiter()
         application = build_application(config, limiter)
         try:
@@ -161,66 +169,75 @@ class Bot:
         )
         handlers.register(application)
         application.add_error_handler(_log_error)
-        # Started in this order and stopped in reverse: Telegram updates stop first (and
-        # the handlers in flight finish), then the worker and timers, then the relays.
+        stack.push_async_callback(approvers.stop)
+        # Started in this order and stopped in reverse: Telegram updates stop first (an
+        # update whose handler is cut short is handled again at the next start), then the
+        # worker and timers, then the relays.
         pool.ensure_all()
         stack.push_async_callback(pool.stop)
-        running = Running(application, bridge, store, pool, worker, timers, handlers, changed)
-        running.tasks = [
-            asyncio.create_task(worker.run(), name="card worker"),
-            asyncio.create_task(timers.run(), name="timers"),
-            asyncio.create_task(_heartbeat(config, running), name="heartbeat"),
-        ]
-        for task in running.tasks:
-            task.add_done_callback(_report_crash)
-        stack.push_async_callback(_cancel, running.tasks)
+        running = Running(application, bridge, store, pool, worker, timers, handlers, changed,
+                          self._supervisor or Supervisor())
+        stack.callback(remove_status, config.status_path)
+        running.supervisor.start("card worker", worker.run)
+        running.supervisor.start("timers", timers.run)
+        running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
+        stack.push_async_callback(running.supervisor.stop)
         stack.push_async_callback(worker.stop)
         await application.start()
         stack.push_async_callback(application.stop)
-        assert application.updater is not None
-        await application.updater.start_polling(allowed_updates=ALLOWED_UPDATES)
-        stack.push_async_callback(application.updater.stop)
+        # Instead of python-telegram-bot's polling, which confirms updates before they are
+        # handled: each update is stored before it is confirmed (see bot.tg.update_inbox).
+        inbox = UpdateInbox(application, bridge, allowed_updates=ALLOWED_UPDATES)
+        running.supervisor.start("update handler", inbox.handle)
+        running.supervisor.start("update fetcher", inbox.fetch)
+        # Stopped first: no update is taken on while the rest shuts down.
+        stack.push_async_callback(running.supervisor.stop, "update fetcher", "update handler")
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
         return running
 
 
-def _report_crash(task: asyncio.Task[None]) -> None:
-    """A long-lived task must not die quietly."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("%s stopped: %r", task.get_name(), task.exception(),
-                  exc_info=task.exception())
-
-
-async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
 async def _heartbeat(config: Config, running: Running) -> None:
+    """Rewrite the status file every :data:`HEARTBEAT_S` seconds, and at once when a
+    task fails: the process, its tasks' liveness and each relay session's state."""
     while True:
         try:
             write_status(config.status_path, {
                 "pid": os.getpid(),
-                "relays": [{"url": s.url, "connected": s.connected}
-                           for s in running.relays.statuses()],
+                "tasks": running.supervisor.liveness(),
+                "relays": [
+                    {"url": s.url, "connected": s.connected, "alive": running.relays.alive(s.url),
+                     "since": s.since.timestamp() if s.since else None}
+                    for s in running.relays.statuses()
+                ],
                 "open_items": running.store.items.open_count(),
                 "outbox": running.store.outbox.depth(),
             })
         except OSError as exc:
             log.warning("could not write the status file %s: %s", config.status_path, exc)
-        await asyncio.sleep(HEARTBEAT_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(running.supervisor.changed.wait(), HEARTBEAT_S)
+        running.supervisor.changed.clear()
 
 
 async def _log_error(update: object, context: object) -> None:
     error = getattr(context, "error", None)
-    log.error("error while handling an update: %r", error)
+    log.error("error while handling an update: %s", type(error).__name__,
+              exc_info=error if isinstance(error, BaseException) else None)
 
 
-async def run_until_signalled(config: Config, *, on_start: OnStart | None = None) -> None:
-    """Run the bot until SIGTERM or SIGINT."""
-    async with Bot(config, on_start=on_start):
-        await until_signalled()
+async def run_until_signalled(
+    config: Config, *, on_start: OnStart | None = None, supervisor: Supervisor | None = None
+) -> None:
+    """Run the bot until SIGTERM or SIGINT; :class:`BotFailed` (exit 1) when a task is
+    given up on."""
+    async with Bot(config, on_start=on_start, supervisor=supervisor) as running:
+        failed = asyncio.ensure_future(running.supervisor.failed.wait())
+        stopped = asyncio.ensure_future(until_signalled())
+        await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        failed.cancel()
+        stopped.cancel()
+        if running.supervisor.reason is not None:
+            raise BotFailed(f"stopping: {running.supervisor.reason}")
         log.info("stopping")
 

@@ -15,8 +15,9 @@ import asyncio
 import json
 import logging
 import secrets
+import traceback
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from bot.clock import Clock, from_ms, to_ms
@@ -35,7 +36,7 @@ from bot.core.policy import (
     Voter,
     evaluate_tap,
 )
-from bot.errors import EnvelopeRefused, PayloadError, RefusalReason
+from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
@@ -49,13 +50,14 @@ from bot.protocol.payloads import (
     InboxUpdate,
     Notification,
     PairAccept,
+    PairReject,
     Payload,
     Person,
     encode_payload,
     item_to_wire,
 )
 from bot.protocol.replay import RETENTION_MS
-from bot.store import Store
+from bot.store import Store, is_store_failure
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +206,29 @@ class Bridge:
         """Apply an opened envelope; ``bodies`` may hold its items' stored JSON by id,
         already encoded."""
         envelope = opened.envelope
-        with self._store.transaction():
-            self._store.outbox.remember(envelope.id, envelope.ts, now)
-            changes = self._apply(opened.sender, opened.payload, now, bodies)
+        try:
+            with self._store.transaction():
+                self._store.outbox.remember(envelope.id, envelope.ts, now)
+                changes = self._apply(opened.sender, opened.payload, now, bodies)
+        except Exception as exc:
+            if is_store_failure(exc):
+                raise  # the disk, not the sender: fail the session and retry later
+            # One sender's payload must not stall everyone else's behind it on the shared
+            # relay session: it is refused (acknowledged, nothing applied) like any other.
+            # The error's text may quote decrypted content: log its type and place only.
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            log.error("refused envelope %s from %s: applying its %s failed with %s at %s:%s",
+                      _short(envelope.id), envelope.sender[:8], type(opened.payload).__name__,
+                      type(exc).__name__, where.filename, where.lineno)
+            self._remember_refused(envelope.id, envelope.ts, now)
+            return NOTHING
         log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
         return changes | REDRAW
+
+    def _remember_refused(self, envelope_id: str, ts_ms: int, now: int) -> None:
+        """Keep a refused envelope's id, so that a copy delivered again is a replay."""
+        with self._store.transaction():
+            self._store.outbox.remember(envelope_id, ts_ms, now)
 
     def _known_cards(self) -> dict[str, PublicCard]:
         cards = {peer.agent_id: PublicCard.from_json(json.loads(peer.card_json))
@@ -223,6 +243,8 @@ class Bridge:
     ) -> Changes:
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
+        elif isinstance(payload, PairReject):
+            self._apply_pair_reject(sender, payload, now)
         elif self._store.agents.peer(sender.id) is None:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
@@ -258,6 +280,18 @@ class Bridge:
         self._store.audit.append("paired", at=now, chat_id=pairing.chat_id, agent_id=sender.id,
                          user_id=pairing.requested_by, agent_name=name)
         log.info("paired with agent %s (%s)", sender.id[:8], name)
+
+    def _apply_pair_reject(self, sender: PublicCard, reject: PairReject, now: int) -> None:
+        pairing = self._store.agents.pairing(sender.id)
+        if pairing is None or pairing.accepted_at is not None:
+            log.warning("ignored a pair_reject from %s that answers no pairing in progress",
+                        sender.id[:8])
+            return
+        self._store.agents.pairing_rejected(sender.id, reject.reason, now)
+        self._store.audit.append("pairing_refused", at=now, chat_id=pairing.chat_id,
+                                 agent_id=sender.id, user_id=pairing.requested_by,
+                                 reason=reject.reason)
+        log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
     def _apply_inbox_update(
         self, agent_id: str, update: InboxUpdate, now: int, bodies: Mapping[str, str]
@@ -347,6 +381,15 @@ class Bridge:
     def pairing_done(self, agent_id: str) -> bool:
         pairing = self._store.agents.pairing(agent_id)
         return pairing is not None and pairing.accepted_at is not None
+
+    def pairing_refused(self, agent_id: str) -> str | None:
+        """Why the agent refused the pairing (``used``, ``expired``, …), or None."""
+        return self._store.agents.pairing_rejection(agent_id)
+
+    def cancel_pairing(self, agent_id: str) -> None:
+        """Give up a pairing the agent has not accepted, so that no relay session is kept
+        open for it."""
+        self._store.agents.cancel_pairing(agent_id)
 
     def unbind(self, agent_id: str, chat_id: int, user_id: int | None) -> Changes:
         now = self.now_ms()
@@ -605,6 +648,31 @@ class Bridge:
             self._store.cards.attachment_sent(card_id)
             self._store.cards.clean(card_id, generation)
 
+    # -- Telegram's updates, held until handled (bot.tg.update_inbox) -----------------------
+
+    def hold_updates(self, updates: list[tuple[int, str]]) -> None:
+        """Store fetched updates (id, JSON) before ``getUpdates`` confirms them."""
+        with self._store.transaction():
+            for update_id, body in updates:
+                self._store.updates.add(update_id, body)
+
+    def held_updates(self) -> list[tuple[int, str]]:
+        return self._store.updates.pending()
+
+    def next_update_offset(self) -> int | None:
+        return self._store.updates.next_offset()
+
+    def update_handled(self, update_id: int) -> None:
+        """Mark an update handled; inside a transaction in progress, as part of it."""
+        self._store.updates.done(update_id)
+
+    def prune_updates(self) -> None:
+        self._store.updates.prune()
+
+    def before_each_commit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` inside every transaction, just before it commits."""
+        self._store.db.before_commit = hook
+
 
 async def wait_until_paired(
     bridge: Bridge, agent_id: str, changed: asyncio.Event, timeout: float = PAIRING_TIMEOUT_S
@@ -613,8 +681,21 @@ async def wait_until_paired(
     change. Raises :class:`TimeoutError` after ``timeout`` seconds."""
     async with asyncio.timeout(timeout):
         while not bridge.pairing_done(agent_id):
+            reason = bridge.pairing_refused(agent_id)
+            if reason is not None:
+                raise PairingError(
+                    f"the agent refused the pairing: {REFUSALS.get(reason, reason)}")
             changed.clear()
             await changed.wait()
+
+
+REFUSALS = {
+    "used": "this link was used already: ask the agent for a new one",
+    "expired": "this link has expired: ask the agent for a new one",
+    "unknown": "the agent does not know this link",
+    "bad_proof": "the link's secret does not match",
+}
+"""What each ``pair_reject`` reason means, for people."""
 
 
 def item_body(item: Approval | Clarification) -> str:

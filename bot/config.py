@@ -1,7 +1,8 @@
 """The configuration file (TOML) and environment, validated into frozen dataclasses.
 
 Lookup order for the file: ``--config PATH``, then ``$SKALD_TELEGRAM_CONFIG``, then
-``./skald-telegram.toml``. ``$TELEGRAM_BOT_TOKEN`` overrides ``telegram.token`` and
+``./skald-telegram.toml``. ``$TELEGRAM_BOT_TOKEN`` (or the file ``$TELEGRAM_BOT_TOKEN_FILE``
+names) overrides ``telegram.token`` and
 ``$SKALD_TELEGRAM_STATE_DIR`` overrides ``state.dir``. Every error names the key and what is
 wrong with it.
 """
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.errors import ConfigError
 
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
+SERVICE_IDS = frozenset({1087968824, 777000, 136817688})
+"""Telegram's stand-ins (anonymous group admin, Telegram itself, channel posts), never a
+person: refused as admins or approvers (taps from them are refused by bot.core.policy)."""
 
 Approvers = frozenset[int] | Literal["admins"]
 
@@ -35,6 +40,7 @@ class ChatConfig:
     required_approvals: int = 1
     secrets: SecretsMode | None = None
     topic: int | None = None
+    timezone: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class ChatPolicy:
     required_approvals: int
     secrets: SecretsMode
     topic: int | None
+    timezone: str = "UTC"
+    """The IANA zone the chat's times are shown in."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class Config:
     templates_dir: Path | None = None
     device_name: str | None = None
     chat_pace_s: float = 1.0
+    timezone: str = "UTC"
     source: Path | None = None
 
     @property
@@ -93,6 +102,7 @@ class Config:
             required_approvals=chat.required_approvals,
             secrets=chat.secrets or ("spoiler" if private else "masked"),
             topic=chat.topic,
+            timezone=chat.timezone or self.timezone,
         )
 
 
@@ -128,7 +138,7 @@ def load_config(
     config = parse_config(data, base=path.parent if path.exists() else Path.cwd(), source=path)
     if environ.get("SKALD_TELEGRAM_STATE_DIR"):
         config = replace(config, state_dir=Path(environ["SKALD_TELEGRAM_STATE_DIR"]))
-    token = environ.get("TELEGRAM_BOT_TOKEN") or config.token
+    token = environ.get("TELEGRAM_BOT_TOKEN") or _token_from_file(environ) or config.token
     if require_token and not token:
         raise ConfigError(
             "telegram.token: no bot token; set TELEGRAM_BOT_TOKEN or telegram.token in "
@@ -139,11 +149,28 @@ def load_config(
     return _replace_token(config, token)
 
 
+def _token_from_file(environ: Mapping[str, str]) -> str:
+    """The token in the file ``$TELEGRAM_BOT_TOKEN_FILE`` names (Docker and systemd
+    secrets), or ``""`` when the variable is not set."""
+    name = environ.get("TELEGRAM_BOT_TOKEN_FILE")
+    if not name:
+        return ""
+    try:
+        token = Path(name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"TELEGRAM_BOT_TOKEN_FILE: cannot read {name}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from exc
+    if not token:
+        raise ConfigError(f"TELEGRAM_BOT_TOKEN_FILE: {name} is empty")
+    return token
+
+
 def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:
     """Validate a decoded TOML document. Relative paths are taken from ``base``."""
     _only_keys(data, "", {"telegram", "state", "chats", "templates", "device"})
     telegram = _table(data, "telegram")
-    _only_keys(telegram, "telegram.", {"token", "api_url", "admins", "chat_pace_seconds"})
+    _only_keys(telegram, "telegram.",
+               {"token", "api_url", "admins", "chat_pace_seconds", "timezone"})
     state = _table(data, "state")
     _only_keys(state, "state.", {"dir"})
     templates = _table(data, "templates")
@@ -177,6 +204,7 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
         templates_dir=base / _string(templates, "templates.dir", "") if templates_dir else None,
         device_name=_string(device, "device.name", "") or None,
         chat_pace_s=float(pace),
+        timezone=_timezone(telegram, "telegram.timezone") or "UTC",
         source=source,
     )
 
@@ -184,7 +212,8 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
 def _chat(entry: object, where: str) -> ChatConfig:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table")
-    _only_keys(entry, f"{where}.", {"id", "approvers", "required_approvals", "secrets", "topic"})
+    _only_keys(entry, f"{where}.",
+               {"id", "approvers", "required_approvals", "secrets", "topic", "timezone"})
     chat_id = entry.get("id")
     if isinstance(chat_id, bool) or not isinstance(chat_id, int):
         raise ConfigError(f"{where}.id: must be a Telegram chat id (an integer)")
@@ -216,7 +245,23 @@ def _chat(entry: object, where: str) -> ChatConfig:
         required_approvals=required,
         secrets=secrets,
         topic=topic,
+        timezone=_timezone(entry, f"{where}.timezone"),
     )
+
+
+def _timezone(table: Mapping[str, Any], key: str) -> str | None:
+    """An IANA time zone name (``Europe/Berlin``), checked against the zone database."""
+    name = table.get("timezone")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{key}: must be an IANA time zone name such as \"Europe/Berlin\"")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"{key}: unknown time zone {name!r} (use an IANA name such as "
+                          "\"Europe/Berlin\" or \"UTC\")") from exc
+    return name
 
 
 def _table(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -238,6 +283,14 @@ def _user_ids(value: object, key: str) -> frozenset[int]:
         isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
     ):
         raise ConfigError(f"{key}: must be a list of Telegram user ids (positive integers)")
+    service = sorted(SERVICE_IDS.intersection(value))
+    if service:
+        # Taps never come from these ids (they stand for anonymous admins, channels and
+        # Telegram itself), so listing one is a mistake that would silently grant nothing.
+        raise ConfigError(
+            f"{key}: {', '.join(map(str, service))} is a Telegram service id, not a person; "
+            "list the user ids of people"
+        )
     return frozenset(value)
 
 

@@ -24,9 +24,11 @@ from websockets.exceptions import InvalidStatus, InvalidURI, WebSocketException
 from bot.config import Config, config_path, load_config
 from bot.errors import ConfigError, IdentityError, ProtocolError, RelayError, StoreError
 from bot.keyfile import load_identity
+from bot.logsafety import redact_value
 from bot.protocol.identity import Identity
 from bot.relay.client import authenticate
 from bot.relay.frames import MAX_FRAME_BYTES
+from bot.statedir import creatable, process_user, readable_by_others
 from bot.store import SCHEMA_VERSION, Store
 
 RELAY_TIMEOUT_S: Final = 5.0
@@ -55,11 +57,23 @@ async def diagnose(
                                                  "reference in README.md)")]
     checks = [check_config(config), await check_token(config)]
     checks.append(check_state_dir(config.state_dir))
+    if not _searchable(config.state_dir):
+        skipped = "not checked: fix the state folder first"
+        checks += [Check("key file", False, skipped), Check("database", False, skipped)]
+        return checks
     checks.append(check_key_file(config.identity_path))
     schema, relay_urls = check_database(config.database_path)
     checks.append(schema)
     checks.extend(await check_relays(relay_urls))
     return checks
+
+
+def _searchable(folder: Path) -> bool:
+    """Whether the files in ``folder`` can be looked at (a missing folder has none)."""
+    try:
+        return not folder.exists() or (folder.is_dir() and os.access(folder, os.R_OK | os.X_OK))
+    except OSError:
+        return False
 
 
 def check_config(config: Config) -> Check:
@@ -76,6 +90,7 @@ async def check_token(config: Config) -> Check:
             "token", False, "no bot token",
             "set TELEGRAM_BOT_TOKEN or telegram.token (get one from @BotFather with /newbot)",
         )
+    redact_value(config.token)
     bot = telegram.Bot(config.token, base_url=f"{config.api_url}/bot")
     try:
         async with asyncio.timeout(TOKEN_TIMEOUT_S):
@@ -97,21 +112,27 @@ async def check_token(config: Config) -> Check:
 
 
 def check_state_dir(path: Path) -> Check:
-    """Exists, is writable, is not world-writable; 0700 recommended."""
+    """Exists (or can be created), is usable by this user, and is private (0700)."""
     name = "state folder"
-    if not path.exists():
-        return Check(name, True, f"{path} does not exist yet; it will be created on first run")
+    user = process_user()
+    try:
+        exists = path.exists()
+    except OSError:
+        exists = False
+    if not exists:
+        if creatable(path):
+            return Check(name, True, f"{path} does not exist yet; it will be created on first run")
+        return Check(name, False, f"{path} does not exist and user {user} cannot create it",
+                     f"sudo mkdir -p {path} && sudo chown {user} {path} && chmod 700 {path}")
     if not path.is_dir():
-        return Check(name, False, f"{path} is not a folder", "set state.dir to a folder")
+        return Check(name, False, f"{path} is a file, not a folder", "set state.dir to a folder")
     mode = stat.S_IMODE(path.stat().st_mode)
-    if not os.access(path, os.W_OK | os.X_OK):
-        return Check(name, False, f"{path} is not writable by this user",
-                     f"chown it to the user running the bot, then: chmod 700 {path}")
-    if mode & stat.S_IWOTH:
-        return Check(name, False, f"{path} is writable by everyone (mode {mode:04o})",
-                     f"chmod 700 {path}")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        return Check(name, False, f"{path} is not readable and writable by user {user}",
+                     f"sudo chown -R {user} {path} && chmod 700 {path}")
     if mode & 0o077:
-        return Check(name, True, f"{path} (mode {mode:04o}; 0700 recommended: chmod 700 {path})")
+        return Check(name, False, f"{path} is accessible by others (mode {mode:04o}); it holds "
+                     "decrypted requests", f"chmod 700 {path}")
     return Check(name, True, f"{path} (mode {mode:04o})")
 
 
@@ -138,6 +159,11 @@ def check_database(path: Path) -> tuple[Check, list[str]]:
     name = "database"
     if not path.exists():
         return Check(name, True, f"{path} does not exist yet; it will be created on first run"), []
+    exposed = [p for p in _database_files(path) if readable_by_others(p) is not None]
+    if exposed:
+        modes = ", ".join(f"{p.name} {readable_by_others(p):04o}" for p in exposed)
+        return Check(name, False, f"readable by others ({modes}); it holds decrypted requests",
+                     "chmod 600 " + " ".join(str(p) for p in exposed)), []
     try:
         store = Store.open(path)
     except StoreError as exc:
@@ -152,6 +178,12 @@ def check_database(path: Path) -> tuple[Check, list[str]]:
         return Check(name, False, f"{path} has schema {version}, expected {SCHEMA_VERSION}",
                      "upgrade skald-telegram, or restore the state folder from a backup"), relays
     return Check(name, True, f"{path} (schema {version})"), relays
+
+
+def _database_files(path: Path) -> list[Path]:
+    """The database and its ``-wal`` and ``-shm`` files, those that exist."""
+    candidates = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+    return [p for p in candidates if p.exists()]
 
 
 async def check_relays(urls: Iterable[str]) -> list[Check]:

@@ -102,3 +102,11 @@ class Throttled(BotApiError):
 
 class MessageGone(BotApiError):
     """The message to edit no longer exists (deleted by someone)."""
+
+
+class StateDirError(SkaldError):
+    """The state folder cannot be created, read or written by this process."""
+
+
+class BotFailed(SkaldError):
+    """A part of the running bot kept failing and was given up on: the process exits 1."""

@@ -51,6 +51,11 @@ class RelayPool:
         self._tasks[url] = asyncio.create_task(client.run(), name=f"relay {url}")
         log.info("relay session for %s started", url)
 
+    def alive(self, url: str) -> bool:
+        """Whether the session task for ``url`` still runs (it only ends on :meth:`stop`)."""
+        task = self._tasks.get(url)
+        return task is not None and not task.done()
+
     def ensure_all(self) -> None:
         for url in sorted(self._bridge.relay_urls()):
             self.ensure(url)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -310,7 +311,8 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
         bad = await asyncio.to_thread(
             cli_main, ["pair", "--config", str(config_file), "--chat", "1", "skald-pair:v2?x"])
         assert bad == 1
-        write_status(tmp_path / "state" / "status.json", {"relays": []})  # a running bot
+        write_status(tmp_path / "state" / "status.json",  # a running bot
+                     {"pid": os.getpid(), "relays": []})
         busy = await asyncio.to_thread(cli_main, [
             "pair", "--config", str(config_file), "--chat", str(ADA),
             world.agent.new_pairing_uri()])

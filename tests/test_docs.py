@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -82,7 +83,8 @@ def test_health_reports_a_missing_or_stale_status(tmp_path: Path,
     assert "is the bot running" in capsys.readouterr().out
     from bot.health import write_status
 
-    write_status(tmp_path / "status.json", {"relays": [{"url": "ws://r", "connected": True}]})
+    write_status(tmp_path / "status.json",
+                 {"pid": os.getpid(), "relays": [{"url": "ws://r", "connected": True}]})
     assert main(["health"]) == 0
 
 

@@ -259,6 +259,10 @@ def test_clarification_options() -> None:
     )
 
 
+def test_the_largest_sqlite_integer_is_a_valid_rev() -> None:
+    assert parse_inbox_update({"rev": 2**63 - 1}).rev == 2**63 - 1
+
+
 def test_update_defaults_and_resolved() -> None:
     update = parse_inbox_update(
         {
@@ -286,8 +290,11 @@ def test_update_defaults_and_resolved() -> None:
     ("body", "message"),
     [
         ([], "inbox_update must be a JSON object"),
-        ({}, "rev must be a non-negative integer"),
+        ({}, "rev must be an integer from 0 to 2"),
         (_update(rev=-1), "rev must be"),
+        # Beyond SQLite's signed 64 bits: refused here, not an OverflowError in the store.
+        (_update(rev=2**63), "rev must be"),
+        (_update(rev=2**64), "rev must be"),
         (_update(rev="1"), "rev must be"),
         (_update(rev=True), "rev must be"),
         (_update(agent="bot"), "agent must be a JSON object"),
@@ -375,6 +382,7 @@ def test_unknown_kind_is_returned_not_refused() -> None:
         ),
         ("clarification_answer", {"answer_id": "a"}, "clarification_id"),
         ("inbox_request", {"since_rev": "4"}, "since_rev"),
+        ("inbox_request", {"since_rev": 2**63}, "since_rev"),
         ("pair_request", {"device": {"id": "x"}, "proof": "p"}, "sign_pub"),
         ("pair_accept", {"agent": {"id": "x"}, "device_id": "d"}, "name"),
     ],

@@ -67,12 +67,16 @@ def one_block(block: Block, *, summary: str = "Do it", arguments: object = None)
     return Approval(id="apr_t", tool="tool", summary=summary, blocks=(block,), arguments=arguments)
 
 
+SPOILER = re.compile(r"<tg-spoiler>.*?</tg-spoiler>", re.DOTALL)
+
+
 def assert_sendable(rendered: RenderedCard) -> None:
-    """Telegram accepts the HTML and keeps every entity; plain is its visible text."""
+    """Telegram accepts the HTML and keeps every entity; plain is its visible text, with
+    what a spoiler hides masked."""
     assert problems(rendered.html) == []
     text, _ = parse_html(rendered.html)
     assert utf16_length(text) <= 4096
-    assert rendered.plain == text
+    assert rendered.plain == parse_html(SPOILER.sub("••••••", rendered.html))[0]
 
 
 def assert_golden(name: str, html: str) -> None:
@@ -446,6 +450,58 @@ def test_secret_is_masked_in_raw_arguments_and_attachments(renderer: Renderer) -
         assert rendered.attachment is not None
         content = rendered.attachment.content.decode()
         assert API_KEY not in content and "line ••••••" in content
+
+
+def test_plain_text_fallback_keeps_a_spoilered_secret_masked(renderer: Renderer) -> None:
+    rendered = card(renderer, secret_approval(), "spoiler")
+    assert API_KEY in rendered.html
+    assert API_KEY not in rendered.plain
+    assert "API key: ••••••" in rendered.plain
+
+
+def test_attachment_name_is_built_from_masked_text(renderer: Renderer) -> None:
+    item = Approval(
+        id="apr_" + API_KEY,
+        tool="deploy_" + API_KEY,
+        summary="Deploy",
+        blocks=(
+            Block("key_value", "API key", API_KEY, "secret"),
+            Block("block", "Log", "line\n" * 5000, "text"),
+        ),
+        arguments=None,
+    )
+    modes: tuple[SecretsMode, ...] = ("masked", "spoiler")
+    for secrets in modes:
+        rendered = card(renderer, item, secrets)
+        assert rendered.attachment is not None
+        assert API_KEY not in rendered.attachment.filename
+        assert "51H8" not in rendered.attachment.filename
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"user": "deploy-bot", "password": "hunter2-correct-horse"},
+        ["deploy-bot", {"password": "hunter2-correct-horse"}],
+    ],
+)
+def test_secret_object_or_list_masks_every_string_leaf(renderer: Renderer, value: object) -> None:
+    item = Approval(
+        id="apr_o",
+        tool="login",
+        summary="Log in as deploy-bot with hunter2-correct-horse",
+        blocks=(
+            Block("key_value", "Credentials", value, "secret"),
+            Block("block", "Notes", "password hunter2-correct-horse, user deploy-bot", "text"),
+        ),
+        arguments={"password": "hunter2-correct-horse", "user": "deploy-bot"},
+    )
+    masked = card(renderer, item, "masked")
+    assert "hunter2" not in masked.html and "deploy-bot" not in masked.html
+    spoilered = card(renderer, item, "spoiler")
+    outside = SPOILER.sub("", spoilered.html)
+    assert "hunter2" not in outside and "deploy-bot" not in outside
+    assert "hunter2" not in spoilered.plain
 
 
 STRIPE_KEY = "sk_live_abc123"

@@ -18,6 +18,8 @@ from typing import Final
 
 from bot import __version__
 from bot.errors import SkaldError
+from bot.logsafety import configure_logging
+from bot.statedir import PRIVATE_UMASK
 
 log = logging.getLogger(__name__)
 
@@ -62,16 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(verbose=args.verbose)
+    os.umask(PRIVATE_UMASK)
     # Opt in to PTB's future behaviour (RetryAfter.retry_after as a timedelta) so that
     # reading it warns neither in the gateway nor in PTB's rate limiter.
     os.environ.setdefault("PTB_TIMEDELTA", "1")
-    # httpx logs every request URL, and Bot API URLs contain the bot token.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
     try:
         return int(args.handler(args))
     except SkaldError as exc:

@@ -31,10 +31,16 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bot.config import load_config
+    from bot.statedir import ensure_state_dir
     from bot.store import Store
 
     config = load_config(args.config, require_token=False)
     since = _since_ms(args.since) if args.since else None
+    ensure_state_dir(config.state_dir, create=False)
+    if not config.database_path.is_file():
+        print(f"skald-telegram: no database at {config.database_path} (check state.dir, "
+              "or --config)", file=sys.stderr)
+        return 1
     store = Store.open(config.database_path)
     try:
         rows = store.audit.rows(chat_id=args.chat, since_ms=since)

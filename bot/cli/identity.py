@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from bot.config import Config
     from bot.protocol.identity import Identity
 
-DEFAULT_DEVICE_NAME = "Telegram bridge"
+USERNAME_TIMEOUT_S = 5.0
 
 
 def register(sub: Any) -> None:
@@ -30,8 +30,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def device_identity(config: Config) -> Identity:
-    """The device identity in the state folder, created (0600) on first use."""
+def device_identity(config: Config, username: str | None = None) -> Identity:
+    """The device identity in the state folder, created (0600) on first use, named by
+    :func:`device_name`."""
     from bot.keyfile import load_or_create_identity
+    from bot.statedir import ensure_state_dir
 
-    return load_or_create_identity(config.identity_path, config.device_name or DEFAULT_DEVICE_NAME)
+    ensure_state_dir(config.state_dir)
+    return load_or_create_identity(config.identity_path, device_name(config, username))
+
+
+def device_name(config: Config, username: str | None) -> str:
+    """``device.name``, else ``Telegram @<bot username>`` (as the running bot names it),
+    else the name already stored, else ``Telegram bot``."""
+    from bot.keyfile import load_identity
+
+    if config.device_name:
+        return config.device_name
+    if username:
+        return f"Telegram @{username}"
+    if config.identity_path.exists():
+        return load_identity(config.identity_path).name
+    return "Telegram bot"
+
+
+async def bot_username(config: Config) -> str | None:
+    """The bot's username from ``getMe``, or None without a token or an answer."""
+    import asyncio
+    import contextlib
+
+    import telegram
+    from telegram import error as tg_error
+
+    from bot.logsafety import redact_value
+
+    if not config.token:
+        return None
+    redact_value(config.token)
+    bot = telegram.Bot(config.token, base_url=f"{config.api_url}/bot")
+    try:
+        async with asyncio.timeout(USERNAME_TIMEOUT_S):
+            await bot.initialize()
+            return bot.username
+    except (tg_error.TelegramError, TimeoutError):
+        return None
+    finally:
+        with contextlib.suppress(tg_error.TelegramError):
+            await bot.shutdown()

@@ -60,10 +60,12 @@ def render_card(
     agent_name: str,
     secrets: SecretsMode,
     now: datetime,
+    zone: str | None = None,
 ) -> RenderedCard:
     parsed = parse_item(item)
     if isinstance(parsed, Clarification):
-        return renderer.question_card(parsed, agent_name=agent_name, now=now, status=status)
+        return renderer.question_card(parsed, agent_name=agent_name, now=now, status=status,
+                                      zone=zone)
     return renderer.approval_card(
-        parsed, agent_name=agent_name, secrets=secrets, now=now, status=status
+        parsed, agent_name=agent_name, secrets=secrets, now=now, status=status, zone=zone
     )

@@ -38,6 +38,10 @@ MAX_PAYLOAD_BYTES = 1 << 20
 
 PAYLOAD_VERSION = 1
 
+MAX_INT = 2**63 - 1
+"""The largest integer a payload may carry: every one of them may reach SQLite, whose
+integers are signed 64-bit."""
+
 
 @dataclass(frozen=True)
 class Block:
@@ -182,6 +186,17 @@ class PairAccept:
     device_id: str
 
 
+PAIR_REJECT_REASONS = ("used", "expired", "unknown", "bad_proof")
+"""Why an agent refuses a pairing (§5)."""
+
+
+@dataclass(frozen=True)
+class PairReject:
+    """The agent refused a pairing (§5): ``reason`` is one of :data:`PAIR_REJECT_REASONS`."""
+
+    reason: str
+
+
 @dataclass(frozen=True)
 class UnknownPayload:
     """A payload of a kind this client does not know: opened, then ignored (§2 rule 5)."""
@@ -197,6 +212,7 @@ Payload: TypeAlias = (
     | InboxRequest
     | PairRequest
     | PairAccept
+    | PairReject
     | UnknownPayload
 )
 
@@ -505,6 +521,13 @@ def _parse_pair_accept(body: object) -> PairAccept:
     )
 
 
+def _parse_pair_reject(body: object) -> PairReject:
+    reason = _str(_object(body, "pair_reject"), "reason", "pair_reject")
+    if reason not in PAIR_REJECT_REASONS:
+        raise PayloadError(f"pair_reject: reason must be one of {', '.join(PAIR_REJECT_REASONS)}")
+    return PairReject(reason=reason)
+
+
 _PARSERS: dict[str, Callable[[object], Payload]] = {
     "inbox_update": parse_inbox_update,
     "notification": _parse_notification,
@@ -513,6 +536,7 @@ _PARSERS: dict[str, Callable[[object], Payload]] = {
     "inbox_request": _parse_inbox_request,
     "pair_request": _parse_pair_request,
     "pair_accept": _parse_pair_accept,
+    "pair_reject": _parse_pair_reject,
 }
 
 
@@ -538,8 +562,8 @@ def _optional_str(obj: dict[str, JSON], name: str, where: str) -> str | None:
 
 def _int(obj: dict[str, JSON], name: str, where: str) -> int:
     value = obj.get(name)
-    if not is_int(value) or value < 0:
-        raise PayloadError(f"{where}: {name} must be a non-negative integer")
+    if not is_int(value) or not 0 <= value <= MAX_INT:
+        raise PayloadError(f"{where}: {name} must be an integer from 0 to 2^63-1")
     return value
 
 
@@ -628,6 +652,8 @@ def _encode_body(payload: Payload) -> tuple[str, JSON]:
                 "agent": {"id": payload.agent_id, "name": payload.agent_name},
                 "device_id": payload.device_id,
             }
+        case PairReject():
+            return "pair_reject", {"reason": payload.reason}
         case UnknownPayload():
             return payload.kind, {}
     raise TypeError(f"not a payload: {type(payload).__name__}")

@@ -10,9 +10,10 @@ HTML parse mode: only ``&``, ``<``, ``>`` and ``"`` are escaped; plain-text temp
 from __future__ import annotations
 
 import logging
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, tzinfo
 from importlib import resources
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import jinja2
 from jinja2.nodes import EvalContext
@@ -62,6 +63,7 @@ def build_environment(template_dir: Path | None = None) -> jinja2.Environment:
     env.filters.update(
         hhmm=hhmm,
         day=day,
+        zone=zone_name,
         offset=utc_offset,
         thousands=thousands,
         markdown=_markdown_filter,
@@ -91,16 +93,33 @@ def as_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
+def in_zone(moment: datetime, zone: str | tzinfo | None) -> datetime:
+    """``moment`` in the time zone ``zone`` (an IANA name); UTC when ``zone`` is None."""
+    if zone is None:
+        return as_utc(moment)
+    return as_utc(moment).astimezone(ZoneInfo(zone) if isinstance(zone, str) else zone)
+
+
 def hhmm(moment: datetime) -> str:
-    """``10:03``: the time of day in UTC (the zone the bot speaks in)."""
-    return as_utc(moment).strftime("%H:%M")
+    """``10:03``: the time of day in the moment's own zone (UTC for a naive time); the
+    caller puts it in the chat's zone with :func:`in_zone`."""
+    return _aware(moment).strftime("%H:%M")
 
 
 def day(moment: datetime | date) -> str:
-    """``Sat 29 Nov``: the day in UTC."""
+    """``Sat 29 Nov``: the day, in the moment's own zone."""
     if isinstance(moment, datetime):
-        moment = as_utc(moment)
+        moment = _aware(moment)
     return moment.strftime("%a ") + str(moment.day) + moment.strftime(" %b")
+
+
+def zone_name(moment: datetime) -> str:
+    """``UTC``, ``CET``, ``+04``: the moment's zone as people read it after a time."""
+    return _aware(moment).strftime("%Z") or "UTC"
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def utc_offset(moment: datetime) -> str:

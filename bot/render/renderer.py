@@ -21,7 +21,7 @@ import jinja2
 
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Clarification
-from bot.render.environment import as_utc, build_environment
+from bot.render.environment import build_environment, in_zone
 from bot.render.fit import (
     LIMIT_BYTES,
     LIMIT_UNITS,
@@ -58,6 +58,8 @@ _REASON_ROOM = (300, 8)
 _TAP_NAME_ROOM = (32, 2)
 _MAX_TAPS_SHOWN = 10
 _FILENAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
+_SPOILER = re.compile(r"<tg-spoiler>.*?</tg-spoiler>", re.DOTALL)
+SPOILER_MASK = "••••••"
 
 
 @dataclass(frozen=True)
@@ -156,17 +158,23 @@ class Renderer:
         secrets: SecretsMode,
         now: datetime,
         status: CardStatus | None = None,
+        zone: str | None = None,
     ) -> RenderedCard:
         """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
-        spoiler in its own block) or ``"masked"`` (never shown)."""
+        spoiler in its own block) or ``"masked"`` (never shown); times in the IANA time
+        zone ``zone`` (UTC by default)."""
         mask = masker(secret_values(approval.blocks))
         views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
         if not views and approval.arguments is not None:
             views = [arguments_view(approval.arguments, mask=mask)]
         title = mask(clean(approval.summary)).strip()
-        context = self._header_context(agent_name, approval.expires_at, now, status, mask)
+        context = self._header_context(agent_name, approval.expires_at, now, status, mask,
+                                       zone)
         context["tool"] = _capped(mask(clean(approval.tool)).strip(), _NAME_ROOM)
-        stem = _filename_part(approval.tool) + "-" + _filename_part(approval.id)
+        # A secret can sit in the tool name or the item id too: the file name, like
+        # everything else a chat sees, is built from masked text.
+        stem = _filename_part(mask(clean(approval.tool))) + "-" + _filename_part(
+            mask(clean(approval.id)))
         return self._card(self._approval, views, title, context, stem)
 
     def question_card(
@@ -176,13 +184,15 @@ class Renderer:
         agent_name: str,
         now: datetime,
         status: CardStatus | None = None,
+        zone: str | None = None,
     ) -> RenderedCard:
         """The card for one question, with its options (if any) and an invitation to reply."""
         mask = NO_SECRETS
         views = [question_view(clarification.question, mask=mask)]
         if clarification.options:
             views.append(options_view(clarification.options, mask=mask))
-        context = self._header_context(agent_name, clarification.expires_at, now, status, mask)
+        context = self._header_context(agent_name, clarification.expires_at, now, status, mask,
+                                       zone)
         context["has_options"] = bool(clarification.options)
         stem = "question-" + _filename_part(clarification.id)
         return self._card(self._question, views, None, context, stem)
@@ -247,7 +257,8 @@ class Renderer:
             attached = list(views) if title_cut else [views[i] for i in fitted.cut]
             attach = functools.partial(self._attach, stem, title, attached,
                                        verbatim=not title_cut)
-        return RenderedCard(html=fitted.html, plain=fitted.measure.plain, attach=attach)
+        return RenderedCard(html=fitted.html, plain=_plain_fallback(fitted.html),
+                            attach=attach)
 
     def _minimal_card(self, views: Sequence[BlockView], render_card: RenderCard) -> Fitted:
         log.warning("card details do not fit; sending header and summary only")
@@ -274,11 +285,12 @@ class Renderer:
         now: datetime,
         status: CardStatus | None,
         mask: Masker,
+        zone: str | None,
     ) -> dict[str, object]:
-        shown_status = _shown_status(status, mask) if status is not None else None
+        shown_status = _shown_status(status, mask, zone) if status is not None else None
         return {
             "agent_name": _capped(mask(clean(agent_name)).strip(), _NAME_ROOM),
-            "expiry": _expiry(expires_at, now),
+            "expiry": _expiry(expires_at, now, zone),
             "status": shown_status,
             "taps_total": len(status.approvals) if status is not None else 0,
         }
@@ -317,17 +329,18 @@ def _capped(text: str, room: tuple[int, int]) -> str:
     return kept.rstrip() + "…"
 
 
-def _shown_status(status: CardStatus, mask: Masker) -> CardStatus:
+def _shown_status(status: CardStatus, mask: Masker, zone: str | None) -> CardStatus:
     def shown(text: str | None, room: tuple[int, int] = _NAME_ROOM) -> str | None:
         shown_text = mask(clean(text)).strip() if text else ""
         return _capped(shown_text, room) if shown_text else None
 
     taps = tuple(
-        Tap(shown(tap.name, _TAP_NAME_ROOM) or "?", tap.at)
+        Tap(shown(tap.name, _TAP_NAME_ROOM) or "?", in_zone(tap.at, zone))
         for tap in status.approvals[:_MAX_TAPS_SHOWN]
     )
     return replace(
         status,
+        at=in_zone(status.at, zone) if status.at is not None else None,
         by=shown(status.by),
         reason=shown(status.reason, _REASON_ROOM),
         answer=shown(status.answer, _REASON_ROOM),
@@ -336,10 +349,10 @@ def _shown_status(status: CardStatus, mask: Masker) -> CardStatus:
     )
 
 
-def _expiry(expires_at: datetime | None, now: datetime) -> Expiry | None:
+def _expiry(expires_at: datetime | None, now: datetime, zone: str | None) -> Expiry | None:
     if expires_at is None:
         return None
-    at, now = as_utc(expires_at), as_utc(now)
+    at, now = in_zone(expires_at, zone), in_zone(now, zone)
     seconds = (at - now).total_seconds()
     return Expiry(
         at=at,
@@ -355,6 +368,12 @@ def _extension(view: BlockView) -> str:
     if view.kind == "json" and view.language == "json":
         return ".json"
     return ".txt"
+
+
+def _plain_fallback(card_html: str) -> str:
+    """The card's visible text for the plain-text fallback, spoilered secrets masked: plain
+    text has no spoiler to hide them behind."""
+    return measure(_SPOILER.sub(SPOILER_MASK, card_html)).plain
 
 
 def _filename_part(text: str) -> str:

@@ -80,8 +80,26 @@ class BlockView:
 
 
 def secret_values(blocks: Iterable[Block]) -> list[str]:
-    """The text of every secret block, as received."""
-    return [plain_text(b.value) for b in blocks if b.value_type == "secret"]
+    """The text of every secret block, as received, and of every leaf of a secret object
+    or list (each may show on its own elsewhere: in the arguments, the summary, a file)."""
+    values: list[str] = []
+    for block in blocks:
+        if block.value_type == "secret":
+            values.append(plain_text(block.value))
+            if isinstance(block.value, dict | list):
+                values.extend(_leaves(block.value))
+    return values
+
+
+def _leaves(value: JSON) -> list[str]:
+    """The text of every string and number inside a JSON object or list."""
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return [plain_text(value)]
+    return []
 
 
 def plain_text(value: JSON) -> str:

@@ -18,11 +18,12 @@ from bot.store.agents import Agents, AgentsView
 from bot.store.audit import Audit, AuditView
 from bot.store.cards import Cards, CardsView
 from bot.store.chats import Chats, ChatsView
-from bot.store.db import SCHEMA_VERSION, Database
+from bot.store.db import SCHEMA_VERSION, Database, is_store_failure
 from bot.store.items import Items, ItemsView
 from bot.store.outbox import Outbox, OutboxView
+from bot.store.updates import Updates
 
-__all__ = ["SCHEMA_VERSION", "Store", "StoreView"]
+__all__ = ["SCHEMA_VERSION", "Store", "StoreView", "is_store_failure"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Store:
         self.outbox = Outbox(db)
         self.audit = Audit(db)
         self.chats = Chats(db)
+        self.updates = Updates(db)
 
     @classmethod
     def open(cls, path: Path) -> Store:

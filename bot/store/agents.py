@@ -65,6 +65,12 @@ class AgentsView:
         row = self._db.one("SELECT * FROM pairings WHERE agent_id = ?", (agent_id,))
         return Pairing(**dict(row)) if row else None
 
+    def pairing_rejection(self, agent_id: str) -> str | None:
+        """Why the agent refused the latest pairing with it (None: it did not)."""
+        row = self._db.one("SELECT reason FROM pairing_rejections WHERE agent_id = ?",
+                           (agent_id,))
+        return str(row["reason"]) if row else None
+
 
 class Agents(AgentsView):
     """Reading and writing the agents' tables."""
@@ -119,6 +125,19 @@ class Agents(AgentsView):
             " requested_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (agent_id, relay_url, card_json, chat_id, topic_id, requested_by, now_ms),
         )
+        self._db.run("DELETE FROM pairing_rejections WHERE agent_id = ?", (agent_id,))
+
+    def pairing_rejected(self, agent_id: str, reason: str, now_ms: int) -> None:
+        """The agent refused: the pairing is over (no relay session is kept for it)."""
+        self._db.run("DELETE FROM pairings WHERE agent_id = ? AND accepted_at IS NULL",
+                     (agent_id,))
+        self._db.run("INSERT OR REPLACE INTO pairing_rejections (agent_id, reason, at)"
+                     " VALUES (?, ?, ?)", (agent_id, reason, now_ms))
+
+    def cancel_pairing(self, agent_id: str) -> None:
+        """Give up a pairing the agent has not accepted."""
+        self._db.run("DELETE FROM pairings WHERE agent_id = ? AND accepted_at IS NULL",
+                     (agent_id,))
 
     def pairing_accepted(self, agent_id: str, now_ms: int) -> None:
         self._db.run(

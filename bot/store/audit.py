@@ -29,9 +29,15 @@ class AuditView:
         where: list[str] = ["1 = 1"]
         params: list[object] = []
         if chat_id is not None:
-            where.append("(chat_id = ? OR chat_id IN"
-                         " (SELECT old_id FROM chat_aliases WHERE new_id = ?))")
-            params.extend((chat_id, chat_id))
+            # A record about an item without a chat of its own (it expired, or was
+            # resolved elsewhere) belongs to every chat the item was shown in.
+            chats = "(SELECT ? UNION SELECT old_id FROM chat_aliases WHERE new_id = ?)"
+            where.append(
+                f"(chat_id IN {chats} OR (chat_id IS NULL AND item_id IS NOT NULL AND EXISTS"
+                " (SELECT 1 FROM cards c WHERE c.agent_id = audit.agent_id"
+                f" AND c.item_id = audit.item_id AND c.chat_id IN {chats})))"
+            )
+            params.extend((chat_id, chat_id, chat_id, chat_id))
         if since_ms is not None:
             where.append("at >= ?")
             params.append(since_ms)

@@ -6,9 +6,10 @@ between any two lines leaves a state the next start can finish.
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -140,11 +141,22 @@ CREATE TABLE IF NOT EXISTS pairings (
     created_at INTEGER NOT NULL,
     accepted_at INTEGER
 );
+CREATE TABLE IF NOT EXISTS pairing_rejections (
+    agent_id TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    at INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS users (
     user_id INTEGER PRIMARY KEY,
     name TEXT NOT NULL,
     username TEXT
 );
+CREATE TABLE IF NOT EXISTS updates (
+    update_id INTEGER PRIMARY KEY,
+    body TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS updates_pending ON updates (done, update_id);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     at INTEGER NOT NULL,
@@ -172,19 +184,21 @@ class Database:
         self._connection = connection
         self.path = path
         self._depth = 0
+        self.before_commit: Callable[[], None] = lambda: None
+        """Runs inside every outermost transaction just before it commits."""
 
     @classmethod
     def open(cls, path: Path) -> Database:
         """Open (creating if needed) the database at ``path`` and bring its schema up to date."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
             connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("PRAGMA busy_timeout=5000")
             _migrate(connection, path)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from exc
         return cls(connection, path)
 
@@ -227,6 +241,12 @@ class Database:
             self._connection.execute("ROLLBACK")
             self._restore_durability(durable)
             raise
+        try:
+            self.before_commit()
+        except BaseException:
+            self._depth = 0
+            self._connection.execute("ROLLBACK")
+            raise
         self._depth = 0
         try:
             self._connection.execute("COMMIT")
@@ -252,6 +272,24 @@ class Database:
 
     def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         return list(self.run(sql, params).fetchall())
+
+
+def is_store_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the database failing (locked, full, I/O), as opposed to data it
+    refused (a constraint, a value out of range): only the first is worth retrying."""
+    if not isinstance(error, StoreError):
+        return False
+    cause = error.__cause__
+    return not isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError
+                          | sqlite3.InterfaceError | sqlite3.ProgrammingError)
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 in a 0700 folder before SQLite does, so decrypted
+    items are never readable by others (SQLite gives ``-wal`` and ``-shm`` the same mode)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _migrate(connection: sqlite3.Connection, path: Path) -> None:

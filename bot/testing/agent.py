@@ -22,7 +22,12 @@ from bot.errors import EnvelopeRefused, PairingError, ProtocolError
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
-from bot.protocol.pairing import SECRET_BYTES, format_pairing_uri, verify_pair_request
+from bot.protocol.pairing import (
+    SECRET_BYTES,
+    device_public_card,
+    format_pairing_uri,
+    verify_pair_request,
+)
 from bot.protocol.payloads import (
     ApprovalDecision,
     ClarificationAnswer,
@@ -72,6 +77,8 @@ class Agent:
         self._clarifications: dict[str, dict[str, object]] = {}
         self._resolved: list[dict[str, object]] = []
         self._secrets: list[bytes] = []
+        self._used_secrets: list[bytes] = []
+        self._rejected_at: dict[str, int] = {}
         self._seen_ids: set[str] = set()
         self._replay = MemoryReplayGuard()
         self._outbox = MemoryOutbox()
@@ -243,6 +250,7 @@ class Agent:
             except PairingError:
                 continue
             self._secrets.remove(secret)
+            self._used_secrets.append(secret)
             self.peers[card.id] = card
             log.info("agent %s paired with %s", self.identity.id, card.id)
             agent = {"id": self.identity.id, "name": self.identity.name}
@@ -250,6 +258,25 @@ class Agent:
             self.send_raw(card.id, "inbox_update", self.inbox())
             return
         self._refuse(f"pair_request from {request.device.id}: no open pairing secret matches")
+        self._reject_pairing(request)
+
+    def _reject_pairing(self, request: PairRequest) -> None:
+        """Say why (§5): ``used`` for a secret that paired a device already, else
+        ``unknown``; at most one ``pair_reject`` per device a second."""
+        card = device_public_card(request.device)
+        now = self._clock.now_ms()
+        if now - self._rejected_at.get(card.id, -1000) < 1000:
+            return
+        self._rejected_at[card.id] = now
+        reason = "unknown"
+        for secret in self._used_secrets:
+            with contextlib.suppress(PairingError):
+                verify_pair_request(request, secret=secret, agent_id=self.identity.id)
+                reason = "used"
+        envelope = seal(raw_payload("pair_reject", {"reason": reason}), sender=self.identity,
+                        recipient=card, ts_ms=now)
+        self._outbox.add(self.relay_url, envelope.to_json())
+        self._client.wake()
 
     def _decide(self, device_id: str, decision: ApprovalDecision) -> None:
         if decision.decision_id in self._seen_ids:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
+from datetime import datetime
 from typing import Any, cast
 
 from telegram import CallbackQuery, Chat, Message, Update, User
@@ -35,6 +37,7 @@ from bot.protocol.pairing import parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
+from bot.render.environment import in_zone
 from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import parse_callback_data
@@ -163,14 +166,17 @@ class Handlers:
             await self._answer_query(query, self._renderer.text("alert_outdated"), alert=True)
             return
         chat = message.chat
-        # Cached approvers only: the query must be answered within seconds.
+        # Cached approvers (the query must be answered within seconds), but a list past its
+        # grace period is checked for the tapper and for whoever already voted on the card.
         policy = self._approvers.policy(chat.id)
+        card = self._view.cards.by_token(parsed.token)
+        voters = {v.user_id for v in self._view.cards.votes(card.card_id)} if card else set()
         report = self._bridge.tap(
             parsed.token,
             parsed.action,
             chat_id=chat.id,
             tapper=tapper,
-            approvers=await self._approvers.of(chat.id, wait=False),
+            approvers=await self._approvers.for_decision(chat.id, {query.from_user.id, *voters}),
             required=policy.required_approvals,
             option=parsed.option,
         )
@@ -253,7 +259,7 @@ class Handlers:
             action,
             chat_id=message.chat_id,
             tapper=self._person(message.from_user),
-            approvers=await self._approvers.of(message.chat_id),
+            approvers=await self._approvers.for_decision(message.chat_id, {message.from_user.id}),
             required=policy.required_approvals,
             text=text,
         )
@@ -288,6 +294,7 @@ class Handlers:
         if message is None or chat is None:
             return
         waiting = self._view.items.open_in_chat(chat.id)
+        zone = self._approvers.policy(chat.id).timezone
         entries = []
         for item, card in waiting[:PENDING_MAX]:
             peer = self._view.agents.peer(item.agent_id)
@@ -295,7 +302,7 @@ class Handlers:
                 "summary": self._title(item),
                 "agent": peer.name if peer else item.agent_id[:8],
                 "link": _message_link(chat, card.message_id),
-                "expires_at": maybe_from_ms(item.expires_at),
+                "expires_at": _local(maybe_from_ms(item.expires_at), zone),
             })
         await self._reply(message, "pending", items=entries, total=len(waiting))
 
@@ -320,10 +327,15 @@ class Handlers:
         await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
         try:
             await wait_until_paired(self._bridge, uri.agent.id, self._changed)
+        except PairingError as exc:  # the agent refused: say why at once
+            await self._reply(message, "pair_failed", error=str(exc))
+            return
         except TimeoutError:
+            self._bridge.cancel_pairing(uri.agent.id)
             await self._reply(message, "pair_failed", error="the agent did not answer within "
                                                             f"{PAIRING_TIMEOUT_S:g} seconds")
             return
+        await self._approvers.learn_names(chat.id)
         await self._reply(message, "pair_done", agent=uri.agent.name)
 
     async def unpair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -353,19 +365,26 @@ class Handlers:
         bound = {b.agent_id for b in self._view.agents.bindings_for_chat(chat.id)}
         peers = [p for p in self._view.agents.peers() if everything or p.agent_id in bound]
         urls = {peer.relay_url for peer in peers}
-        agents = [
-            {
+        zone = self._approvers.policy(chat.id).timezone
+        today = _local(from_ms(self._bridge.now_ms()), zone)
+        agents = []
+        for peer in peers:
+            updated = _local(maybe_from_ms(self._view.agents.last_update_at(peer.agent_id)),
+                             zone)
+            agents.append({
                 "name": peer.name,
                 "relay": peer.relay_url,
-                "rev": self._view.agents.last_rev(peer.agent_id),
-                "updated_at": maybe_from_ms(self._view.agents.last_update_at(peer.agent_id)),
-            }
-            for peer in peers
-        ]
+                "updated_at": updated,
+                "other_day": updated is not None and today is not None
+                and updated.date() != today.date(),
+            })
+        relays = [replace(r, since=_local(r.since, zone)) for r in self._relay_views()
+                  if everything or r.url in urls]
         await self._reply(
             message, "status",
-            relays=[r for r in self._relay_views() if everything or r.url in urls],
+            relays=relays,
             agents=agents,
+            timezone=zone,
             everything=everything,
             outbox=self._view.outbox.depth(),
             open_items=self._view.items.open_count(),
@@ -384,9 +403,10 @@ class Handlers:
             chat_id=chat.id, events=("decision_sent", "answer_sent"), limit=count,
             newest_first=True,
         )
+        zone = self._approvers.policy(chat.id).timezone
         entries = [
             {
-                "at": from_ms(row.at),
+                "at": in_zone(from_ms(row.at), zone),
                 "event": row.event,
                 "by": row.user_name,
                 "decision": row.detail.get("decision", "answer"),
@@ -458,3 +478,8 @@ def _result_name(report: TapReport) -> str:
     if isinstance(result, Refused):
         return "refused (" + result.reason.value + ")"
     return type(result).__name__.lower()
+
+
+def _local(moment: datetime | None, zone: str) -> datetime | None:
+    """``moment`` in the chat's time zone, for display."""
+    return in_zone(moment, zone) if moment is not None else None

@@ -11,6 +11,7 @@ from bot.clock import Clock, maybe_from_ms
 from bot.core.model import CardRow
 from bot.errors import BotApiError, SkaldError
 from bot.render import Renderer
+from bot.render.environment import in_zone
 from bot.tg.gateway import Gateway
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,11 @@ class Timers:
         item = self._view.items.get(card.agent_id, card.item_id)
         if item is None or not waiting:
             return
+        expires_at = maybe_from_ms(item.expires_at)
+        zone = self._bridge.policy(card.chat_id).timezone
         html = self._renderer.message(
-            "reminder", approvers=waiting, expires_at=maybe_from_ms(item.expires_at)
+            "reminder", approvers=waiting,
+            expires_at=in_zone(expires_at, zone) if expires_at is not None else None,
         )
         await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
                                  reply_to=card.message_id)

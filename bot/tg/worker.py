@@ -212,6 +212,7 @@ class CardWorker:
             agent_name=peer.name if peer else card.agent_id[:8],
             secrets=policy.secrets,
             now=from_ms(self._clock.now_ms()),
+            zone=policy.timezone,
         )
 
         def draw() -> tuple[RenderedCard, Attachment | None]:

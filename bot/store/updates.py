@@ -1,0 +1,38 @@
+"""The durable inbox of Telegram updates (see :mod:`bot.tg.update_inbox`): each update is
+held here before ``getUpdates`` confirms it, and marked done once handled."""
+
+from __future__ import annotations
+
+from bot.store.db import Database
+
+
+class Updates:
+    """The ``updates`` table."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def add(self, update_id: int, body: str) -> None:
+        """Hold an update fetched from Telegram (a copy delivered again is ignored)."""
+        self._db.run("INSERT OR IGNORE INTO updates (update_id, body) VALUES (?, ?)",
+                     (update_id, body))
+
+    def pending(self, limit: int = 100) -> list[tuple[int, str]]:
+        """Updates held and not handled yet, oldest first."""
+        rows = self._db.all("SELECT update_id, body FROM updates WHERE done = 0"
+                            " ORDER BY update_id LIMIT ?", (limit,))
+        return [(int(r["update_id"]), str(r["body"])) for r in rows]
+
+    def done(self, update_id: int) -> None:
+        """Handled: its content is dropped, its id kept for the offset."""
+        self._db.run("UPDATE updates SET done = 1, body = '' WHERE update_id = ?", (update_id,))
+
+    def next_offset(self) -> int | None:
+        """The ``getUpdates`` offset that confirms every update held (None: none held)."""
+        row = self._db.one("SELECT max(update_id) AS m FROM updates")
+        return int(row["m"]) + 1 if row and row["m"] is not None else None
+
+    def prune(self) -> None:
+        """Forget handled updates but the newest (it keeps the offset)."""
+        self._db.run("DELETE FROM updates WHERE done = 1 AND update_id <"
+                     " (SELECT max(update_id) FROM updates)")

@@ -1,0 +1,117 @@
+"""Supervision of the bot's long-lived tasks: a task that fails is logged with its
+traceback and restarted after a backoff; one that keeps failing is given up on, and the
+process exits non-zero so that its own supervisor (systemd, Docker) restarts it.
+
+Each task's liveness goes into the status file, where ``skald-telegram health`` reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
+
+log = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_S: Final = 1.0
+BACKOFF_MAX_S: Final = 30.0
+MAX_FAILURES: Final = 5
+"""Failures within :data:`FAILURE_WINDOW_S` after which a task is given up on."""
+FAILURE_WINDOW_S: Final = 600.0
+
+CANCEL_AGAIN_S: Final = 0.1
+
+TaskFactory = Callable[[], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class TaskState:
+    """One supervised task, as the status file shows it."""
+
+    alive: bool = True
+    restarts: int = 0
+    last_error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"alive": self.alive, "restarts": self.restarts, "last_error": self.last_error}
+
+
+class Supervisor:
+    """Runs and restarts named tasks; :attr:`failed` is set when one is given up on."""
+
+    def __init__(
+        self,
+        *,
+        backoff_initial: float = BACKOFF_INITIAL_S,
+        backoff_max: float = BACKOFF_MAX_S,
+        max_failures: int = MAX_FAILURES,
+        window_s: float = FAILURE_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._max_failures = max_failures
+        self._window_s = window_s
+        self._clock = clock
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.states: dict[str, TaskState] = {}
+        self.failed = asyncio.Event()
+        self.changed = asyncio.Event()
+        """Set whenever a task fails (the heartbeat writes the status file at once)."""
+        self.reason: str | None = None
+
+    def start(self, name: str, factory: TaskFactory) -> None:
+        """Run ``factory()`` as the task ``name`` until :meth:`stop`."""
+        self.states[name] = TaskState()
+        self._tasks[name] = asyncio.create_task(self._keep(name, factory), name=name)
+
+    def liveness(self) -> dict[str, dict[str, object]]:
+        return {name: state.to_json() for name, state in self.states.items()}
+
+    async def stop(self, *names: str) -> None:
+        """Cancel the tasks ``names`` (all when none is named) and wait for them."""
+        tasks = [task for name, task in self._tasks.items() if not names or name in names]
+        # Cancel again until each task has ended: on Python 3.11, asyncio.wait_for can
+        # swallow a cancellation that arrives just as what it waits for completes.
+        while pending := [task for task in tasks if not task.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _keep(self, name: str, factory: TaskFactory) -> None:
+        state = self.states[name]
+        failures: list[float] = []
+        delay = self._backoff_initial
+        while True:
+            started = self._clock()
+            try:
+                await factory()
+                error = "stopped by itself"
+                log.error("%s stopped by itself; restarting it", name)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                log.exception("%s failed", name)
+            self.changed.set()
+            now = self._clock()
+            if now - started > self._backoff_max:
+                delay = self._backoff_initial  # it ran well for a while: start over
+            failures = [t for t in failures if now - t <= self._window_s] + [now]
+            state.last_error = error
+            if len(failures) >= self._max_failures:
+                state.alive = False
+                self.reason = (f"{name} failed {len(failures)} times within "
+                               f"{self._window_s:g} s (last: {error})")
+                log.critical("giving up: %s", self.reason)
+                self.failed.set()
+                return
+            state.restarts += 1
+            log.warning("restarting %s in %.1f s (failure %d of %d)", name, delay,
+                        len(failures), self._max_failures)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._backoff_max)

@@ -1,0 +1,148 @@
+"""The durable inbox of Telegram updates: nothing Telegram hands over is lost to a crash.
+
+Telegram forgets an update once a ``getUpdates`` call confirms it (asks for a higher
+offset). So the fetcher stores every update it receives in the database *before* its next
+call confirms them, and a separate handler task runs the stored updates through
+python-telegram-bot's handlers, in order. An update is marked handled in the same
+transaction as the first change its handler commits (a decision, a vote, a pairing), or
+after its handler returns when it changes nothing; a restarted bot handles every update
+not marked yet, so each is handled exactly once for what it changes.
+
+Fetching does not wait for handling: a tap that arrives while a handler waits out a 429 is
+stored at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, Final
+
+from telegram import Update
+from telegram import error as tg_error
+from telegram.ext import Application
+
+from bot.bridge import Bridge
+from bot.errors import BotApiError
+
+log = logging.getLogger(__name__)
+
+LONG_POLL_S: Final = 30
+"""How long one ``getUpdates`` call waits for updates."""
+RETRY_INITIAL_S: Final = 1.0
+RETRY_MAX_S: Final = 30.0
+PRUNE_EVERY: Final = 500
+"""Handled updates between two prunes of the table."""
+
+_handling: ContextVar[int | None] = ContextVar("handling_update", default=None)
+
+
+@contextlib.contextmanager
+def outside_update() -> Iterator[None]:
+    """Commits in this block do not mark the update being handled as done (a cache
+    refresh on the way to the decisive change, say)."""
+    token = _handling.set(None)
+    try:
+        yield
+    finally:
+        _handling.reset(token)
+
+
+class UpdateInbox:
+    """Fetches updates into the store and hands them to the application's handlers."""
+
+    def __init__(
+        self,
+        application: Application,  # type: ignore[type-arg]
+        bridge: Bridge,
+        *,
+        allowed_updates: Sequence[str],
+        long_poll_s: float = LONG_POLL_S,
+    ) -> None:
+        self._application = application
+        self._bridge = bridge
+        self._allowed = list(allowed_updates)
+        self._long_poll_s = long_poll_s
+        self._arrived = asyncio.Event()
+        self._handler_task: asyncio.Task[Any] | None = None
+        self._handled = 0
+        bridge.before_each_commit(self._mark_in_transaction)
+
+    async def fetch(self) -> None:
+        """Long-poll ``getUpdates`` forever, storing each batch before confirming it."""
+        bot = self._application.bot
+        await _call(bot.delete_webhook())
+        offset = self._bridge.next_update_offset()
+        delay = RETRY_INITIAL_S
+        while True:
+            try:
+                updates = await bot.get_updates(
+                    offset=offset, timeout=int(self._long_poll_s), allowed_updates=self._allowed)
+            except tg_error.InvalidToken as exc:
+                raise BotApiError("Telegram refused the bot token") from exc
+            except tg_error.Conflict:
+                log.error("409 Conflict: another process polls with this bot token; "
+                          "retrying in %.0f s", delay)
+            except tg_error.TelegramError as exc:
+                log.warning("getUpdates failed (%s); retrying in %.0f s",
+                            type(exc).__name__, delay)
+            else:
+                delay = RETRY_INITIAL_S
+                if updates:
+                    self._hold(updates)
+                    offset = updates[-1].update_id + 1
+                continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    def _hold(self, updates: Sequence[Update]) -> None:
+        self._bridge.hold_updates(
+            [(update.update_id, json.dumps(update.to_dict())) for update in updates])
+        self._arrived.set()
+
+    async def handle(self) -> None:
+        """Hand every stored update to the handlers, oldest first, forever."""
+        self._handler_task = asyncio.current_task()
+        while True:
+            self._arrived.clear()
+            for update_id, body in self._bridge.held_updates():
+                await self._handle_one(update_id, body)
+            await self._arrived.wait()
+
+    async def _handle_one(self, update_id: int, body: str) -> None:
+        try:
+            update = Update.de_json(json.loads(body), self._application.bot)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.warning("dropped stored update %s: %s", update_id, type(exc).__name__)
+            update = None
+        if update is not None:
+            token = _handling.set(update_id)
+            try:
+                await self._application.process_update(update)
+            finally:
+                _handling.reset(token)
+        self._bridge.update_handled(update_id)
+        self._handled += 1
+        if self._handled % PRUNE_EVERY == 0:
+            self._bridge.prune_updates()
+
+    def _mark_in_transaction(self) -> None:
+        """The store's commit hook: the update being handled is done in the same
+        transaction as its first change."""
+        update_id = _handling.get()
+        if update_id is not None and asyncio.current_task() is self._handler_task:
+            self._bridge.update_handled(update_id)
+            _handling.set(None)
+
+
+async def _call(request: Any) -> None:
+    try:
+        await request
+    except tg_error.InvalidToken as exc:
+        raise BotApiError("Telegram refused the bot token") from exc
+    except tg_error.TelegramError as exc:
+        log.warning("Telegram call failed at start: %s", type(exc).__name__)
