@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from telegram import Chat, LinkPreviewOptions, User
 from telegram import error as tg_error
-from telegram.ext import AIORateLimiter, Application, ApplicationBuilder, Defaults
+from telegram.ext import Application, ApplicationBuilder, Defaults
 
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
 from bot.clock import SYSTEM_CLOCK, Clock
@@ -32,6 +32,7 @@ from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
 from bot.tg.notes import NoteWorker
+from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
 from bot.tg.update_inbox import UpdateInbox
 from bot.tg.worker import CardWorker
@@ -42,19 +43,16 @@ ALLOWED_UPDATES = ["message", "callback_query", "my_chat_member", "chat_member"]
 OnStart = Callable[[Chat, User], Awaitable[None]]
 
 
-def build_application(config: Config) -> Application:  # type: ignore[type-arg]
+def build_application(
+    config: Config, limiter: BotRateLimiter
+) -> Application:  # type: ignore[type-arg]
     """A PTB application for ``config``: HTML by default, link previews off, rate-limited."""
     return (
         ApplicationBuilder()
         .token(config.token)
         .base_url(f"{config.api_url}/bot")
         .base_file_url(f"{config.api_url}/file/bot")
-        # A bucket of one refilled every 1/29 s: under Telegram's 30 requests a second
-        # in every window, even at the start of a burst (the default lets 30 through at
-        # once, then 30 a second).
-        .rate_limiter(
-            AIORateLimiter(overall_max_rate=1, overall_time_period=1 / 29, max_retries=3)
-        )
+        .rate_limiter(limiter)
         .defaults(Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True)))
         .build()
     )
@@ -141,7 +139,8 @@ class Bot:
         config = self._config
         redact_value(config.token)
         ensure_state_dir(config.state_dir)
-        application = build_application(config)
+        limiter = BotRateLimiter()
+        application = build_application(config, limiter)
         try:
             await application.initialize()
         except tg_error.InvalidToken as exc:
@@ -161,7 +160,7 @@ class Bot:
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
         approvers = ApproverLookup(bot=application.bot, bridge=bridge)
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock)
+                            clock=self._clock, waited=limiter.waited)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, clock=self._clock)
         notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,

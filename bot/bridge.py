@@ -17,7 +17,7 @@ import logging
 import secrets
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -49,7 +49,7 @@ from bot.core.policy import (
 )
 from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
-from bot.protocol.envelope import open_envelope, seal
+from bot.protocol.envelope import Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.pairing import PairingUri, build_pair_request
 from bot.protocol.payloads import (
@@ -81,6 +81,10 @@ PAIRING_WINDOW_MS = 10 * 60 * 1000
 PAIRING_TIMEOUT_S = 30.0
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
+OFF_LOOP_BYTES = 64 * 1024
+"""Envelopes whose ciphertext is at least this long are opened in a thread."""
+ENCODED_OFF_LOOP_BLOCKS = 64
+"""Approvals with this many blocks are also encoded for the store in that thread."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,9 @@ class Bridge:
         """The relay took an envelope: stop resending it, and record a decision as
         acknowledged in the audit trail."""
         now = self.now_ms()
-        with self._store.transaction():
+        # Not durable: lost with the power, the envelope is sent again and the agent's
+        # replay set drops it.
+        with self._store.transaction(durable=False):
             if not self._store.outbox.mark_sent(envelope_id, now):
                 return
             decision = self._store.items.decision_by_envelope(envelope_id)
@@ -198,15 +204,36 @@ class Bridge:
                 replay=self._store.outbox,
             )
         except EnvelopeRefused as refusal:
-            level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
-            log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
-                    _short(raw.get("from")), refusal)
-            return NOTHING
+            return _dropped(raw, refusal)
+        return self._apply_opened(opened, now, {})
+
+    async def receive(self, raw: dict[str, object]) -> Changes:
+        """:meth:`handle_envelope`, with a large envelope decrypted and parsed in a thread
+        (pure work, up to a megabyte of JSON) so that the event loop keeps serving other
+        chats; only the replay check and the store's changes run on the loop."""
+        ct = raw.get("ct")
+        if not isinstance(ct, str) or len(ct) < OFF_LOOP_BYTES:
+            return self.handle_envelope(raw)
+        now = self.now_ms()
+        try:
+            opened, bodies = await asyncio.to_thread(
+                _open_and_encode, raw, me=self.identity, peers=self._known_cards(), now_ms=now
+            )
+            if self._store.outbox.seen(opened.envelope.id):
+                raise EnvelopeRefused(RefusalReason.REPLAY,
+                                      f"envelope {opened.envelope.id} already accepted")
+        except EnvelopeRefused as refusal:
+            return _dropped(raw, refusal)
+        return self._apply_opened(opened, now, bodies)
+
+    def _apply_opened(self, opened: Opened, now: int, bodies: Mapping[str, str]) -> Changes:
+        """Apply an opened envelope; ``bodies`` may hold its items' stored JSON by id,
+        already encoded."""
         envelope = opened.envelope
         try:
             with self._store.transaction():
                 self._store.outbox.remember(envelope.id, envelope.ts, now)
-                changes = self._apply(opened.sender, opened.payload, now)
+                changes = self._apply(opened.sender, opened.payload, now, bodies)
         except Exception as exc:
             if is_store_failure(exc):
                 raise  # the disk, not the sender: fail the session and retry later
@@ -235,7 +262,9 @@ class Bridge:
                              PublicCard.from_json(json.loads(pairing.card_json)))
         return cards
 
-    def _apply(self, sender: PublicCard, payload: Payload, now: int) -> Changes:
+    def _apply(
+        self, sender: PublicCard, payload: Payload, now: int, bodies: Mapping[str, str]
+    ) -> Changes:
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
         elif isinstance(payload, PairReject):
@@ -244,7 +273,7 @@ class Bridge:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
-            self._apply_inbox_update(sender.id, payload, now)
+            self._apply_inbox_update(sender.id, payload, now, bodies)
         elif isinstance(payload, Activity):
             self._apply_activity(sender.id, payload, now)
         elif isinstance(payload, Notification):
@@ -290,19 +319,22 @@ class Bridge:
                                  reason=reject.reason)
         log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
-    def _apply_inbox_update(self, agent_id: str, update: InboxUpdate, now: int) -> None:
+    def _apply_inbox_update(
+        self, agent_id: str, update: InboxUpdate, now: int, bodies: Mapping[str, str]
+    ) -> None:
+        open_now = self._store.items.open_ids(agent_id)
         plan = plan_update(
             update,
             last_rev=self._store.agents.last_rev(agent_id),
-            known=self._known_item_ids(agent_id, update),
-            open_now=self._store.items.open_ids(agent_id),
+            known=self._known_item_ids(agent_id, update, open_now),
+            open_now=open_now,
         )
         if plan.stale:
             log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
             return
         self._store.agents.set_rev(agent_id, update.rev, now)
         for item in plan.new_items:
-            if self._add_item(agent_id, item, now=now):
+            if self._add_item(agent_id, item, now=now, body_json=bodies.get(item.id)):
                 for binding in self._store.agents.bindings_for_agent(agent_id):
                     self._plan_card(agent_id, item.id, binding.chat_id, binding.topic_id)
         for gone in plan.gone:
@@ -392,13 +424,22 @@ class Bridge:
             topic_id = self.policy(chat_id).topic
         self._store.cards.add(agent_id, item_id, chat_id, topic_id, new_token())
 
-    def _known_item_ids(self, agent_id: str, update: InboxUpdate) -> set[str]:
+    def _known_item_ids(
+        self, agent_id: str, update: InboxUpdate, open_now: set[str]
+    ) -> set[str]:
+        """The update's items the bot holds: those open now, and any closed before (only
+        items not open cost a query)."""
         items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
         ids = [item.id for item in items]
-        return {item_id for item_id in ids if self._store.items.has(agent_id, item_id)}
+        return {item_id for item_id in ids
+                if item_id in open_now or self._store.items.has(agent_id, item_id)}
 
-    def _add_item(self, agent_id: str, item: Approval | Clarification, *, now: int) -> bool:
-        """Hold a new item; False if the bot already holds one with this id."""
+    def _add_item(
+        self, agent_id: str, item: Approval | Clarification, *, now: int,
+        body_json: str | None = None,
+    ) -> bool:
+        """Hold a new item (``body_json``: its stored form, if already encoded); False if
+        the bot already holds one with this id."""
         kind = "approval" if isinstance(item, Approval) else "clarification"
         created = item.created_at or from_ms(now)
         reminder = remind_at(created, item.expires_at)
@@ -406,7 +447,7 @@ class Bridge:
             agent_id,
             item.id,
             kind,
-            json.dumps(item_to_wire(item), ensure_ascii=False),
+            body_json or item_body(item),
             expires_at=to_ms(item.expires_at) if item.expires_at else None,
             remind_at=to_ms(reminder) if reminder else None,
             now_ms=now,
@@ -747,17 +788,25 @@ class Bridge:
 
     # -- cards as the card worker shows them ------------------------------------------------
 
-    def card_posted(self, card: CardRow, message_id: int) -> None:
+    # What Telegram already shows is recorded without waiting for the disk: a killed
+    # process keeps it, and only a power loss can make the worker show it once more.
+
+    def card_posted(self, card: CardRow, message_id: int, shown: int | None = None) -> None:
+        """The card's message is out; with ``shown``, it also shows the state read at that
+        generation (nothing is left to attach)."""
         now = self.now_ms()
-        with self._store.transaction():
+        with self._store.transaction(durable=False):
             self._store.cards.posted(card.card_id, message_id, now)
             self._store.audit.append("card_posted", at=now, chat_id=card.chat_id,
                                      agent_id=card.agent_id, item_id=card.item_id,
                                      message_id=message_id)
+            if shown is not None:
+                self._store.cards.clean(card.card_id, shown)
 
     def card_shown(self, card_id: int, generation: int) -> None:
         """The card's message shows the state read at ``generation``."""
-        self._store.cards.clean(card_id, generation)
+        with self._store.transaction(durable=False):
+            self._store.cards.clean(card_id, generation)
 
     def card_message_gone(self, card_id: int) -> None:
         """Someone deleted the card's message: post it again."""
@@ -767,8 +816,11 @@ class Bridge:
         """The card's forum topic is gone: post it in the chat itself."""
         self._store.cards.clear_topic(card_id)
 
-    def card_attachment_sent(self, card_id: int) -> None:
-        self._store.cards.attachment_sent(card_id)
+    def card_attachment_sent(self, card_id: int, generation: int) -> None:
+        """The full content went out under the card, which shows ``generation``."""
+        with self._store.transaction(durable=False):
+            self._store.cards.attachment_sent(card_id)
+            self._store.cards.clean(card_id, generation)
 
     # -- Telegram's updates, held until handled (bot.tg.update_inbox) -----------------------
 
@@ -818,6 +870,42 @@ REFUSALS = {
     "bad_proof": "the link's secret does not match",
 }
 """What each ``pair_reject`` reason means, for people."""
+
+
+def item_body(item: Approval | Clarification) -> str:
+    """An item as the store keeps it."""
+    return json.dumps(item_to_wire(item), ensure_ascii=False)
+
+
+def _open_and_encode(
+    raw: dict[str, object], *, me: Identity, peers: Mapping[str, PublicCard], now_ms: int
+) -> tuple[Opened, dict[str, str]]:
+    """Open an envelope (replay set not checked) and encode its large items as the store
+    keeps them: the pure part of applying a large envelope, for a thread."""
+    opened = open_envelope(raw, me=me, peers=peers, now_ms=now_ms, replay=_NOT_CHECKED)
+    payload = opened.payload
+    bodies: dict[str, str] = {}
+    if isinstance(payload, InboxUpdate):
+        bodies = {approval.id: item_body(approval) for approval in payload.approvals
+                  if len(approval.blocks) >= ENCODED_OFF_LOOP_BLOCKS}
+    return opened, bodies
+
+
+class _NotChecked:
+    """A replay guard for opening off the loop: the caller checks the replay set after."""
+
+    def seen(self, envelope_id: str) -> bool:
+        return False
+
+
+_NOT_CHECKED = _NotChecked()
+
+
+def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> Changes:
+    level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
+    log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
+            _short(raw.get("from")), refusal)
+    return NOTHING
 
 
 def new_token() -> str:

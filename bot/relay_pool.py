@@ -34,7 +34,7 @@ class RelayPool:
             return
 
         async def handle(envelope: dict[str, object]) -> None:
-            self.apply(self._bridge.handle_envelope(envelope))
+            self.apply(await self._bridge.receive(envelope))
 
         async def ready() -> None:
             self.apply(self._bridge.request_inboxes(url))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 import httpx
 
@@ -165,10 +166,24 @@ class _Api:
         wait = max(0.0, min(wait, POLL_CHUNK_S))
         return _Request(
             "GET",
-            f"/v1/items/{item_id}/outcome",
+            f"/v1/items/{quote(item_id, safe='')}/outcome",
             params={"wait": round(wait, 3)},
             read_timeout=wait + 10.0,
         )
+
+    @staticmethod
+    def withdraw(item_id: str) -> _Request:
+        return _Request("DELETE", f"/v1/items/{quote(item_id, safe='')}")
+
+    @staticmethod
+    def pairing(pairing_id: str, wait: float) -> _Request:
+        poll = _Api.outcome(pairing_id, wait)
+        return _Request("GET", f"/v1/pairings/{quote(pairing_id, safe='')}",
+                        params=poll.params, read_timeout=poll.read_timeout)
+
+    @staticmethod
+    def unpair(device: str) -> _Request:
+        return _Request("DELETE", f"/v1/devices/{quote(device, safe='')}")
 
     @staticmethod
     def read(response: httpx.Response) -> Any:
@@ -300,7 +315,7 @@ class AgentClient:
 
     def withdraw(self, item_id: str) -> Outcome:
         """Take a pending item back (every card says so); harmless once it is decided."""
-        return Outcome.from_json(self._send(_Request("DELETE", f"/v1/items/{item_id}")))
+        return Outcome.from_json(self._send(_Api.withdraw(item_id)))
 
     def items(self) -> list[dict[str, Any]]:
         """The open items."""
@@ -316,14 +331,11 @@ class AgentClient:
 
     def pairing(self, pairing_id: str, wait: float = 0.0) -> dict[str, Any]:
         """Whether a device has paired with that link (``state``: waiting, paired, expired)."""
-        request = _Api.outcome(pairing_id, wait)
-        return dict(self._send(_Request("GET", f"/v1/pairings/{pairing_id}",
-                                        params=request.params,
-                                        read_timeout=request.read_timeout)))
+        return dict(self._send(_Api.pairing(pairing_id, wait)))
 
     def unpair(self, device: str) -> dict[str, Any]:
         """Forget a paired device (by id or name)."""
-        return dict(self._send(_Request("DELETE", f"/v1/devices/{device}")))
+        return dict(self._send(_Api.unpair(device)))
 
     def grants(self) -> list[dict[str, Any]]:
         """The grants in force: ``grant_id``, ``label``, ``granted_by``, ``expires_at``,
@@ -431,13 +443,22 @@ class AsyncAgentClient:
         return await self.withdraw(item_id) if outcome.pending else outcome
 
     async def withdraw(self, item_id: str) -> Outcome:
-        return Outcome.from_json(await self._send(_Request("DELETE", f"/v1/items/{item_id}")))
+        return Outcome.from_json(await self._send(_Api.withdraw(item_id)))
 
     async def items(self) -> list[dict[str, Any]]:
         return list((await self._send(_Request("GET", "/v1/items")))["items"])
 
     async def status(self) -> dict[str, Any]:
         return dict(await self._send(_Request("GET", "/v1/status")))
+
+    async def new_pairing(self) -> dict[str, Any]:
+        return dict(await self._send(_Request("POST", "/v1/pairings")))
+
+    async def pairing(self, pairing_id: str, wait: float = 0.0) -> dict[str, Any]:
+        return dict(await self._send(_Api.pairing(pairing_id, wait)))
+
+    async def unpair(self, device: str) -> dict[str, Any]:
+        return dict(await self._send(_Api.unpair(device)))
 
     async def grants(self) -> list[dict[str, Any]]:
         return list((await self._send(_Request("GET", "/v1/grants")))["grants"])

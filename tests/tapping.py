@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agenthost_world import HostWorld
 from world import ADA
 
 from bot.playground.stub import StoredMessage
 
+SLOW_MACHINE_SECONDS = 30.0
+"""How long a card may take to show: each one waits on process starts, which a busy
+machine slows down."""
+
+
+async def card_showing(hw: HostWorld, needle: str,
+                       where: Callable[[StoredMessage], bool] = lambda m: True
+                       ) -> StoredMessage:
+    """The card in Ada's chat whose text holds ``needle`` (and that ``where`` accepts)."""
+    return await hw.world.wait_card(ADA, needle, where, timeout=SLOW_MACHINE_SECONDS)
+
 
 async def approve(hw: HostWorld, needle: str) -> StoredMessage:
-    card = await hw.world.wait_card(ADA, needle)
-    hw.world.tap(ADA, card, ADA, "Approve")
-    return card
+    found = await card_showing(hw, needle)
+    hw.world.tap(ADA, found, ADA, "Approve")
+    return found
 
 
 def _prompts(hw: HostWorld) -> int:
@@ -22,9 +35,9 @@ def _prompts(hw: HostWorld) -> int:
 
 async def deny_with_reason(hw: HostWorld, needle: str, reason: str) -> None:
     """Tap "Deny with reason" and answer the bot's prompt with ``reason``."""
-    card = await hw.world.wait_card(ADA, needle)
+    found = await card_showing(hw, needle)
     before = _prompts(hw)
-    hw.world.tap(ADA, card, ADA, "Deny with reason")
-    await hw.tg.wait_for(lambda tg: _prompts(hw) > before)
+    hw.world.tap(ADA, found, ADA, "Deny with reason")
+    await hw.tg.wait_for(lambda tg: _prompts(hw) > before, timeout=SLOW_MACHINE_SECONDS)
     prompt = await hw.world.force_reply_prompt(ADA)
     hw.tg.send_text(ADA, ADA, reason, reply_to=prompt.message_id)

@@ -22,7 +22,7 @@ async def test_sigkill_while_asks_wait_then_decisions_while_down(tmp_path: Path)
             start_cli("ask", "--tool", f"step_{n}", "--arg", f"n={n}", "--json", env=env)
             for n in range(ASKS)
         ))
-        await hw.tg.wait_for(lambda tg: len(hw.world.cards(ADA)) == ASKS, timeout=30)
+        await hw.tg.wait_for(lambda tg: len(hw.world.cards(ADA)) == ASKS, timeout=60)
         async with hw.host.client() as client:
             open_items = {item["summary"]: item["item_id"] for item in await client.items()}
         assert len(open_items) == ASKS
@@ -44,7 +44,7 @@ async def test_sigkill_while_asks_wait_then_decisions_while_down(tmp_path: Path)
         await hw.host.start()
         again = [await start_cli("ask", "--item", open_items[f"step_{n}({n})"], env=env)
                  for n in range(2)]
-        results = await asyncio.gather(*(finished(p, timeout=30) for p in [*again, *asks[2:]]))
+        results = await asyncio.gather(*(finished(p, timeout=60) for p in [*again, *asks[2:]]))
         assert [r.code for r in results] == [n % 2 for n in range(ASKS)], [
             r.err for r in results]
         for n, result in enumerate(results):

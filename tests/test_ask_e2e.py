@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 
 from agenthost_world import finished, host_world, start_cli
@@ -62,6 +63,15 @@ async def test_timeout_closes_the_card_and_exits_2(tmp_path: Path) -> None:
         card = await hw.world.wait_card(ADA, "slow_call(1)", lambda m: "Expired" in m.text)
         assert card.buttons() == []
 
+        interrupted = await start_cli("ask", "--tool", "long_call", "--arg", "n=2",
+                                      env=hw.host.env)
+        await hw.world.wait_card(ADA, "long_call(2)")
+        interrupted.send_signal(signal.SIGINT)  # Ctrl-C withdraws the request
+        result = await finished(interrupted)
+        assert result.code == 3 and "withdrawn" in result.err
+        card = await hw.world.wait_card(ADA, "long_call(2)", lambda m: "Cancelled" in m.text)
+        assert card.buttons() == []
+
 
 async def test_fifty_concurrent_asks_each_get_their_own_decision(tmp_path: Path) -> None:
     async with host_world(tmp_path) as hw:
@@ -70,11 +80,12 @@ async def test_fifty_concurrent_asks_each_get_their_own_decision(tmp_path: Path)
             start_cli("ask", "--tool", f"job_{n:02d}", "--arg", f"n={n}", env=hw.host.env)
             for n in range(50)
         ))
-        await hw.tg.wait_for(lambda tg: len(hw.world.cards(ADA)) == 50, timeout=30)
+        # Fifty interpreters starting at once: generous limits for a loaded machine.
+        await hw.tg.wait_for(lambda tg: len(hw.world.cards(ADA)) == 50, timeout=90)
         for n in range(50):
             card = hw.world.card(ADA, f"job_{n:02d}(")
             hw.world.tap(ADA, card, ADA, "Approve" if n % 2 == 0 else "❌ Deny")
-        results = await asyncio.gather(*(finished(ask, timeout=30) for ask in asks))
+        results = await asyncio.gather(*(finished(ask, timeout=90) for ask in asks))
         assert [r.code for r in results] == [n % 2 for n in range(50)]
         assert all(r.out.startswith("approved by" if n % 2 == 0 else "denied by")
                    for n, r in enumerate(results))

@@ -14,6 +14,7 @@ import pytest
 
 from bot.agenthost.service import AgentHost, Refusal
 from bot.agenthost.store import AgentStore
+from bot.clock import Clock as SystemClock
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import open_envelope, seal
 from bot.protocol.identity import Identity
@@ -36,11 +37,19 @@ KEY = "Claude Code|s1|shell|git status"
 LABEL = "`git status` in this session"
 
 
-class Clock:
+class Clock(SystemClock):
+    """A wall clock the test moves by hand."""
+
     def __init__(self) -> None:
         self.now = T0
 
     def __call__(self) -> int:
+        return self.now
+
+    def time(self) -> float:
+        return self.now / 1000
+
+    def now_ms(self) -> int:
         return self.now
 
     def advance(self, minutes: float) -> None:
@@ -92,7 +101,7 @@ def world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock]]:
     store = AgentStore(tmp_path / "agent")
     device = Identity.generate("Telegram @bot")
     store.add_device(device.card, "telegram", clock())
-    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock_ms=clock)
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
     yield host, Phone(host, device, clock), clock
     store.close()
 
@@ -180,7 +189,7 @@ async def test_revoked_from_a_device_or_here_and_kept_over_a_restart(
     await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 30))
     (grant,) = host.grants()
 
-    restarted = AgentHost(host.store, host.identity, RELAY, clock_ms=clock)
+    restarted = AgentHost(host.store, host.identity, RELAY, clock=clock)
     assert [g.grant_id for g in restarted.grants()] == [grant.grant_id]
     assert git_status(restarted).state.value == "approved"
 

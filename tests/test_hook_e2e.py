@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthost_world import CLI, HostWorld, finished, host_world
-from tapping import approve, deny_with_reason
+from tapping import SLOW_MACHINE_SECONDS, approve, card_showing, deny_with_reason
 from world import ADA
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
@@ -36,7 +36,7 @@ async def start_hook(hw: HostWorld, agent: str, event: str, *args: str,
 
 
 async def answer_of(process: Any) -> tuple[int, Any]:
-    result = await finished(process)
+    result = await finished(process, timeout=2 * SLOW_MACHINE_SECONDS)
     return result.code, (json.loads(result.out) if result.out.strip() else None)
 
 
@@ -52,7 +52,7 @@ async def test_each_agent_gets_its_own_answer_to_a_tap(tmp_path: Path) -> None:
             "permissionDecisionReason": "approved by Ada Lovelace (@ada) in Telegram"}})
 
         hook = await start_hook(hw, "claude-code", "PermissionRequest-Bash")
-        card = await hw.world.wait_card(ADA, "Claude Code wants to run: curl")
+        card = await card_showing(hw, "Claude Code wants to run: curl")
         outside_spoilers = re.sub(r"<tg-spoiler>.*?</tg-spoiler>", "", card.html or "")
         assert "<tg-spoiler>" in (card.html or "")
         assert "sk-live-123456789" not in outside_spoilers
@@ -78,7 +78,7 @@ async def test_each_agent_gets_its_own_answer_to_a_tap(tmp_path: Path) -> None:
             "decision": "allow", "reason": "approved by Ada Lovelace (@ada) in Telegram"})
 
         hook = await start_hook(hw, "gemini", "BeforeTool-mcp")
-        card = await hw.world.wait_card(ADA, "Gemini CLI wants to call query on postgres")
+        card = await card_showing(hw, "Gemini CLI wants to call query on postgres")
         assert "DELETE FROM sessions" in card.text
         hw.world.tap(ADA, card, ADA, "❌ Deny")
         code, answer = await answer_of(hook)
@@ -129,7 +129,7 @@ async def test_no_decision_in_time_and_a_host_that_dies_are_denies(tmp_path: Pat
     async with host_world(tmp_path) as hw:
         await hw.pair()
         hook = await start_hook(hw, "claude-code", "PreToolUse-Grep", "--timeout", "1")
-        await hw.world.wait_card(ADA, "Claude Code wants to search for TODO")
+        await card_showing(hw, "Claude Code wants to search for TODO")
         code, answer = await answer_of(hook)
         specific = answer["hookSpecificOutput"]
         assert (code, specific["permissionDecision"]) == (0, "deny")
@@ -138,15 +138,15 @@ async def test_no_decision_in_time_and_a_host_that_dies_are_denies(tmp_path: Pat
 
         # The agent gives up on the hook (its own timeout): the card is taken back.
         hook = await start_hook(hw, "cursor", "beforeShellExecution")
-        await hw.world.wait_card(ADA, "Cursor wants to run: terraform")
+        await card_showing(hw, "Cursor wants to run: terraform")
         hook.send_signal(signal.SIGTERM)
         code, answer = await answer_of(hook)
         assert answer is None
-        await hw.world.wait_card(ADA, "Cursor wants to run: terraform",
+        await card_showing(hw, "Cursor wants to run: terraform",
                                  lambda m: m.buttons() == [])
 
         hook = await start_hook(hw, "gemini", "BeforeTool-write_file", "--timeout", "2")
-        await hw.world.wait_card(ADA, "Gemini CLI wants to write /work/project/notes.md")
+        await card_showing(hw, "Gemini CLI wants to write /work/project/notes.md")
         hw.host.kill()
         code, answer = await answer_of(hook)
         assert (code, answer["decision"]) == (0, "deny")

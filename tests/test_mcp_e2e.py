@@ -14,7 +14,7 @@ from typing import Any
 
 from agenthost_world import CLI, HostWorld, host_world
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from tapping import deny_with_reason
+from tapping import card_showing, deny_with_reason
 from world import ADA
 
 UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
@@ -47,7 +47,7 @@ async def test_request_approval_and_ask_human(tmp_path: Path) -> None:
             call = asyncio.create_task(session.call_tool("request_approval", {
                 "summary": "Rotate the staging database password", "tool": "rotate_password",
                 "arguments": {"database": "staging", "new_password": "s3cret-value-42"}}))
-            card = await hw.world.wait_card(ADA, "Rotate the staging database password")
+            card = await card_showing(hw, "Rotate the staging database password")
             assert "database: staging" in card.text
             assert "<tg-spoiler>s3cret-value-42</tg-spoiler>" in (card.html or "")
             hw.world.tap(ADA, card, ADA, "Approve")
@@ -66,7 +66,7 @@ async def test_request_approval_and_ask_human(tmp_path: Path) -> None:
             call = asyncio.create_task(session.call_tool("ask_human", {
                 "question": "Which region should I deploy to?",
                 "options": ["eu-west-1", "us-east-1"]}))
-            card = await hw.world.wait_card(ADA, "Which region should I deploy to?")
+            card = await card_showing(hw, "Which region should I deploy to?")
             hw.world.tap(ADA, card, ADA, "eu-west-1")
             result = await call
             assert (result.is_error, text(result)) == (False, "eu-west-1")
@@ -82,7 +82,7 @@ async def test_the_gateway_forwards_only_what_a_person_approves(tmp_path: Path) 
                               sys.executable, str(UPSTREAM),
                               env={"UPSTREAM_RECORD": str(record)}) as session:
             call = asyncio.create_task(session.call_tool("delete_note", {"name": "groceries"}))
-            card = await hw.world.wait_card(ADA, "name: groceries")
+            card = await card_showing(hw, "name: groceries")
             assert "An MCP client wants to call delete_note on notes" in card.text
             assert "Delete the note called name." in card.text and "groceries" in card.text
             assert calls(record) == []
@@ -106,7 +106,7 @@ async def test_the_gateway_forwards_only_what_a_person_approves(tmp_path: Path) 
 
             # The client goes away while a card waits: the card is taken back.
             call = asyncio.create_task(session.call_tool("delete_note", {"name": "old"}))
-            await hw.world.wait_card(ADA, "name: old")
+            await card_showing(hw, "name: old")
             call.cancel()
-        await hw.world.wait_card(ADA, "name: old", lambda m: m.buttons() == [])
+        await card_showing(hw, "name: old", lambda m: m.buttons() == [])
         assert [c["arguments"]["name"] for c in calls(record)] == ["groceries", "a"]

@@ -29,7 +29,6 @@ from bot.agenthost.service import AgentHost
 from bot.agenthost.store import AgentStore, private_folder
 from bot.errors import RelayError, SkaldError, StoreError
 from bot.protocol.identity import Identity
-from bot.relay.client import RelayClient
 from skald_telegram.client import SOCKET_NAME, TOKEN_NAME
 
 log = logging.getLogger(__name__)
@@ -79,26 +78,22 @@ def open_host(store: AgentStore, options: ServeOptions) -> AgentHost:
     if relay is None:
         raise HostError("the first start needs the relay: skald-telegram agent serve "
                         "--relay ws://HOST:PORT/v1/connect")
-    try:
-        RelayClient(relay, Identity.generate("check"), handler=_never, outbox=store)
-    except RelayError as exc:
-        raise HostError(str(exc)) from exc
     identity = store.load_identity()
     name = options.name or (identity.name if identity else default_name())
+    if identity is None:
+        identity = Identity.generate(name)
+        log.info("created the agent identity %s", identity.id)
+    elif identity.name != name:
+        identity = identity.with_name(name)
+    try:
+        host = AgentHost(store, identity, relay, notifications=options.notifications,
+                         relay_options=options.relay_options)
+    except RelayError as exc:
+        raise HostError(str(exc)) from exc
     with store.transaction():
-        if identity is None:
-            identity = Identity.generate(name)
-            log.info("created the agent identity %s", identity.id)
-        elif identity.name != name:
-            identity = identity.with_name(name)
         store.save_identity(identity)
         store.set_meta("relay_url", relay)
-    return AgentHost(store, identity, relay, notifications=options.notifications,
-                     relay_options=options.relay_options)
-
-
-async def _never(envelope: dict[str, object]) -> None:
-    raise AssertionError("not used")
+    return host
 
 
 def api_token(state: Path) -> str:

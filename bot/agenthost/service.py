@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -31,6 +30,7 @@ from bot.agenthost.pairing import (
     reject_allowed,
 )
 from bot.agenthost.store import AgentStore
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.errors import EnvelopeRefused, PayloadError, RefusalReason, SkaldError
 from bot.protocol.encoding import args_sha256, canonical_json
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, Opened, open_envelope, seal
@@ -60,10 +60,6 @@ EXPIRY_TICK_S: Final = 1.0
 """The longest the expiry loop sleeps: an injected clock may jump."""
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Refusal(SkaldError):
     """A request the host does not take: ``status`` (an HTTP 4xx) and the ``field``."""
 
@@ -82,7 +78,7 @@ class AgentHost:
         identity: Identity,
         relay_url: str,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock: Clock = SYSTEM_CLOCK,
         notifications: bool = False,
         relay_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -90,7 +86,7 @@ class AgentHost:
         self.identity = identity
         self.relay_url = relay_url
         self.notifications = notifications
-        self._clock = clock_ms
+        self._clock = clock
         self._peers = {card.id: card for card, _, _ in store.devices()}
         self._waiters: dict[str, asyncio.Event] = {}
         self._closing = False
@@ -129,7 +125,7 @@ class AgentHost:
         """Store a new approval and show it to every paired device; with a ``grant_key``
         it offers a grant for the calls under that key (unless the arguments hold a
         secret), and a call a grant in force covers is approved at once."""
-        now = self._clock()
+        now = self._clock.now_ms()
         item_id = it.new_item_id(Kind.APPROVAL)
         summary = summary or default_summary(tool, arguments)
         blocks = describe_arguments(arguments) if blocks is None else blocks
@@ -179,11 +175,11 @@ class AgentHost:
 
     def grants(self) -> list[gr.Grant]:
         """The grants in force, oldest first."""
-        return self.store.grants_in_force(self._clock())
+        return self.store.grants_in_force(self._clock.now_ms())
 
     def revoke_grant(self, grant_id: str) -> gr.Grant:
         """End a grant in force here and tell every device."""
-        now = self._clock()
+        now = self._clock.now_ms()
         grant = self.store.grant(grant_id)
         with self.store.transaction():
             if grant is None or not self.store.end_grant(grant_id, now):
@@ -197,7 +193,7 @@ class AgentHost:
         self, *, question: str, options: list[str], timeout_s: float
     ) -> Item:
         """Store a new question and show it to every paired device."""
-        now = self._clock()
+        now = self._clock.now_ms()
         item_id = it.new_item_id(Kind.QUESTION)
         expires = now + int(timeout_s * 1000)
         wire = it.question_wire(
@@ -246,7 +242,7 @@ class AgentHost:
     def withdraw(self, item_id: str) -> Item:
         """Take a pending item back; an item that has ended stays as it is."""
         item = self.get(item_id)
-        ended = it.end(item, State.WITHDRAWN, self._clock())
+        ended = it.end(item, State.WITHDRAWN, self._clock.now_ms())
         if ended is None:
             return item
         self._finish([ended])
@@ -277,7 +273,7 @@ class AgentHost:
 
     def new_pairing(self, ttl_s: float = PAIRING_TTL_S) -> tuple[PairingSecret, str]:
         """A fresh one-time secret and the pairing link that carries it."""
-        now = self._clock()
+        now = self._clock.now_ms()
         secret = PairingSecret(
             pairing_id=secrets.token_hex(8), secret=secrets.token_bytes(SECRET_BYTES),
             created_ms=now, expires_ms=now + int(ttl_s * 1000),
@@ -297,7 +293,7 @@ class AgentHost:
             card = self._peers.get(secret.device_id or "")
             device = {"id": secret.device_id, "name": card.name if card else None}
         else:
-            state = "expired" if secret.expires_ms <= self._clock() else "waiting"
+            state = "expired" if secret.expires_ms <= self._clock.now_ms() else "waiting"
         return {"pairing_id": pairing_id, "state": state, "device": device,
                 "expires_at": it.iso_ms(secret.expires_ms)}
 
@@ -326,7 +322,7 @@ class AgentHost:
     # -- protocol ---------------------------------------------------------------------
 
     async def _on_envelope(self, raw: dict[str, object]) -> None:
-        now = self._clock()
+        now = self._clock.now_ms()
         try:
             opened = open_envelope(raw, me=self.identity, peers=self._peers, now_ms=now,
                                    replay=self.store, accept_pair_requests=True)
@@ -435,7 +431,7 @@ class AgentHost:
         devices = list(devices)
         if not devices:
             return
-        now = self._clock()
+        now = self._clock.now_ms()
         body = it.inbox_body(
             self.store.next_rev(now), self.name, self.store.open_items(),
             self.store.recently_resolved(it.MAX_RESOLVED),
@@ -450,7 +446,7 @@ class AgentHost:
     def _notify(self, item: Item) -> None:
         payload = raw_payload("notification", it.notification_body(item, self.name))
         for device in self._peers.values():
-            self._send(device, payload, self._clock())
+            self._send(device, payload, self._clock.now_ms())
 
     def _send(self, device: PublicCard, payload: bytes, now: int) -> None:
         envelope = seal(payload, sender=self.identity, recipient=device, ts_ms=now)
@@ -477,14 +473,13 @@ class AgentHost:
     async def _expire_forever(self) -> None:
         while True:
             self._expiry_wake.clear()
-            now = self._clock()
+            now = self._clock.now_ms()
             deadlines = [t for t in (self.store.next_expiry(), self.store.next_grant_expiry(now))
                          if t is not None]
             deadline = min(deadlines) if deadlines else None
-            delay = EXPIRY_TICK_S if deadline is None else (deadline - self._clock()) / 1000
+            delay = EXPIRY_TICK_S if deadline is None else (deadline - self._clock.now_ms()) / 1000
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._expiry_wake.wait(), min(delay, EXPIRY_TICK_S))
+                await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
             try:
                 self.expire_due()
             except SkaldError as exc:
@@ -492,7 +487,7 @@ class AgentHost:
 
     def expire_due(self) -> list[Item]:
         """End every pending item whose time has run out."""
-        now = self._clock()
+        now = self._clock.now_ms()
         ended = [it.end(item, State.EXPIRED, now) for item in it.due(self.store.open_items(), now)]
         done = [item for item in ended if item is not None]
         in_force = frozenset(grant.grant_id for grant in self.store.grants_in_force(now))

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,12 +100,15 @@ _MIGRATIONS: Final = (
 
 
 def private_folder(path: Path) -> Path:
-    """Create ``path`` (0700) if needed and tighten it to 0700."""
+    """Create ``path`` with mode 0700 if needed; refuse one that others can open."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
+        mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
         raise StoreError(f"cannot create the state folder {path}: {exc.strerror}") from exc
+    if mode & 0o077:
+        raise StoreError(f"the state folder {path} is open to group or others (mode "
+                         f"{mode:04o}); fix it with: chmod 700 {path}")
     return path
 
 
@@ -126,7 +130,6 @@ class AgentStore:
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
-        self._depth = 0
 
     def close(self) -> None:
         self._db.close()
@@ -149,30 +152,14 @@ class AgentStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One atomic change (nested calls join the outer one)."""
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot write {self.path}: {exc}") from exc
-        self._depth = 1
+        """One atomic change: committed when the block ends, rolled back if it raises."""
+        self._execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
-            self._depth = 0
-            self._db.execute("ROLLBACK")
+            self._db.rollback()
             raise
-        self._depth = 0
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot write {self.path}: {exc}") from exc
+        self._execute("COMMIT")
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:

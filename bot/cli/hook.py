@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
     parser.add_argument("agent", nargs="?", choices=AGENTS, metavar="AGENT",
                         help="with install or uninstall: the agent")
     parser.add_argument("--state", metavar="DIR", help="the agent host's state folder")
-    parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"how long to wait for a decision (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--on-error", choices=("deny", "ask"), default="deny",
                         help="when no decision can be had: deny (default), or let the agent "
@@ -106,7 +106,8 @@ def _program() -> list[str]:
     return [sys.executable, "-m", "bot"]
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds from 1 to 86400."""
     try:
         value = float(text)
     except ValueError:

@@ -9,6 +9,8 @@ import logging
 import sys
 from typing import Any
 
+from bot.cli.hook import seconds
+
 DEFAULT_TIMEOUT = 600.0
 
 
@@ -35,7 +37,7 @@ def register(sub: Any) -> None:
     gateway.add_argument("--policy", metavar="FILE",
                          help="TOML policy, [tools] glob = allow|ask|deny "
                               "(default: ask for every tool)")
-    gateway.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    gateway.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                          help=f"how long to wait for a decision (default {DEFAULT_TIMEOUT:g})")
     gateway.add_argument("upstream", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                          help="the upstream MCP server to start")
@@ -59,9 +61,6 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         print("skald-telegram: mcp gateway needs the upstream server: "
               "mcp gateway -- COMMAND ARGS...", file=sys.stderr)
-        return 2
-    if not 1 <= args.timeout <= 86400:
-        print("skald-telegram: --timeout must be between 1 and 86400 seconds", file=sys.stderr)
         return 2
     from bot.integrations.gateway import run_gateway
     from bot.integrations.policy import load_policy

@@ -6,6 +6,7 @@ Times are Unix milliseconds (see :mod:`bot.clock`).
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -126,9 +127,18 @@ class AuditRow:
     detail: dict[str, Any]
 
 
+PARSED_ITEMS_KEPT = 4
+
+
 def parse_item(item: ItemRow) -> Approval | Clarification:
-    """The stored item as the payload dataclass it was received as."""
-    body = json.loads(item.body_json)
-    if item.kind == "clarification":
+    """The stored item as the payload dataclass it was received as (the last few are
+    kept: a card is drawn, tapped and drawn again from the same stored text)."""
+    return _parsed(item.kind, item.body_json)
+
+
+@functools.lru_cache(maxsize=PARSED_ITEMS_KEPT)
+def _parsed(kind: str, body_json: str) -> Approval | Clarification:
+    body = json.loads(body_json)
+    if kind == "clarification":
         return parse_clarification(body)
     return parse_approval(body)

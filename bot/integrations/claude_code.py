@@ -18,11 +18,9 @@ from bot.integrations.contract import (
     as_json,
     blocked,
     event_name,
-    object_field,
-    optional_text,
-    text_field,
+    tool_event,
 )
-from bot.integrations.describe import ToolCall, mcp_name
+from bot.integrations.describe import mcp_name
 
 
 class ClaudeCode:
@@ -41,20 +39,9 @@ class ClaudeCode:
 
 
 def parse_tool_event(agent: str, events: tuple[str, ...], data: Mapping[str, Any]) -> HookEvent:
-    """The input both Claude Code and Codex send: ``tool_name``, ``tool_input``, ``cwd``,
-    ``session_id``, ``hook_event_name``; MCP tools are named ``mcp__<server>__<tool>``."""
-    name = event_name(data, events)
-    tool = text_field(data, "tool_name")
-    server, mcp_tool = mcp_name(tool) or (None, None)
-    call = ToolCall(
-        agent=agent,
-        tool=tool,
-        arguments=object_field(data, "tool_input"),
-        cwd=optional_text(data, "cwd"),
-        mcp_server=server,
-        mcp_tool=mcp_tool,
-    )
-    return HookEvent(name, call, optional_text(data, "session_id"))
+    """The input both Claude Code and Codex send: ``hook_event_name``, ``tool_name``,
+    ``tool_input``, ``cwd``; MCP tools are named ``mcp__<server>__<tool>``."""
+    return tool_event(agent, event_name(data, events), data, mcp_name)
 
 
 def pre_tool_use(verdict: Verdict) -> HookAnswer:

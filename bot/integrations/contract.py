@@ -5,7 +5,7 @@ becomes for that agent (stdout, stderr, exit code)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ class HookEvent:
     """The agent's ``hook_event_name``."""
     call: ToolCall
     session: str | None = None
+    """The agent's session id, when it sends one (grants are kept per session)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,27 @@ class HookContract(Protocol):
     def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
         """The answer for ``verdict``; ``event`` is ``None`` when the input was unreadable."""
         ...
+
+
+def tool_event(
+    agent: str,
+    name: str,
+    data: Mapping[str, Any],
+    mcp: Callable[[str], tuple[str, str] | None],
+) -> HookEvent:
+    """The event of an agent that sends ``tool_name``, ``tool_input`` and ``cwd``; ``mcp``
+    says which server and tool an MCP call is for (or ``None``)."""
+    tool = text_field(data, "tool_name")
+    server, mcp_tool = mcp(tool) or (None, None)
+    call = ToolCall(
+        agent=agent,
+        tool=tool,
+        arguments=object_field(data, "tool_input"),
+        cwd=optional_text(data, "cwd"),
+        mcp_server=server,
+        mcp_tool=mcp_tool,
+    )
+    return HookEvent(name, call, optional_text(data, "session_id"))
 
 
 def as_json(value: Mapping[str, Any]) -> str:

@@ -114,9 +114,13 @@ class Gateway:
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
                 return _error(self._lost(exc))
-            raise
-        except Exception as exc:
+            raise  # the upstream's own protocol error, passed on as it is
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream,
+                OSError) as exc:
             return _error(self._lost(exc))
+        except Exception as exc:  # e.g. a result that breaks the tool's own output schema
+            return _error(f"the upstream MCP server's answer to {name} could not be passed "
+                          f"on: {one_line(exc)}")
 
     def _lost(self, exc: BaseException) -> str:
         self.upstream_gone = (
@@ -140,7 +144,7 @@ async def run_gateway(
             upstream = await stack.enter_async_context(ClientSession(read, write))
             with anyio.fail_after(UPSTREAM_START_SECONDS):
                 initialized = await upstream.initialize()
-        except (Exception, TimeoutError) as exc:
+        except Exception as exc:
             raise UpstreamError(
                 f"the upstream MCP server ({' '.join(command)}) did not start: {one_line(exc)}"
             ) from exc

@@ -17,11 +17,9 @@ from bot.integrations.contract import (
     Verdict,
     as_json,
     event_name,
-    object_field,
     optional_text,
-    text_field,
+    tool_event,
 )
-from bot.integrations.describe import ToolCall
 
 
 class Gemini:
@@ -29,22 +27,15 @@ class Gemini:
     events: tuple[str, ...] = ("BeforeTool",)
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
-        name = event_name(data, self.events)
-        tool = text_field(data, "tool_name")
-        server = mcp_tool = None
         context = data.get("mcp_context")
-        if isinstance(context, Mapping):
+
+        def mcp(tool: str) -> tuple[str, str] | None:
+            if not isinstance(context, Mapping):
+                return None
             server = optional_text(context, "server_name") or "MCP"
-            mcp_tool = optional_text(context, "tool_name") or tool
-        call = ToolCall(
-            agent=self.agent,
-            tool=tool,
-            arguments=object_field(data, "tool_input"),
-            cwd=optional_text(data, "cwd"),
-            mcp_server=server,
-            mcp_tool=mcp_tool,
-        )
-        return HookEvent(name, call, optional_text(data, "session_id"))
+            return server, optional_text(context, "tool_name") or tool
+
+        return tool_event(self.agent, event_name(data, self.events), data, mcp)
 
     def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
         if verdict.decision == "ask":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -26,8 +27,12 @@ _URLSAFE_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 _UNUSED_BITS = {1: 0b11, 2: 0b1111}
 """Bits of the last character that carry no data, by the padding it lacks."""
 
-# A JSON string (escapes included), a lone quote (an unterminated string) or a bracket.
-_JSON_NESTING_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{}]', re.DOTALL)
+_JSON_NESTING_TOKEN = re.compile(
+    r'[^"\[\]{}]*(?:"[^"\\]*(?:\\.[^"\\]*)*"[^"\[\]{}]*)*([\[\]{}"]|$)', re.DOTALL
+)
+"""Skips text and complete strings (in C, without a step per string) up to the next
+bracket outside a string, or to a quote that opens a string never closed."""
+_NESTING_STEP = {"[": 1, "{": 1, "]": -1, "}": -1, "": 0}
 # A \uD800-\uDFFF escape: the only way a surrogate gets into decoded JSON text (a false
 # hit, such as an escaped backslash before "ud800", only costs a scan of the values).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
@@ -144,18 +149,13 @@ def _has_lone_surrogate(value: JSON) -> bool:
 def _check_depth(text: str, max_depth: int) -> None:
     if text.count("[") + text.count("{") <= max_depth:
         return  # cannot possibly nest deeper: skip the scan
-    depth = 0
-    for match in _JSON_NESTING_TOKEN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > max_depth:
-                raise PayloadError(f"JSON nested deeper than {max_depth} levels")
-        elif token in "]}":
-            depth -= 1
-        elif token == '"':
-            return  # an unterminated string: json.loads reports it
-        # A complete string: its brackets are text, not nesting.
+    brackets = _JSON_NESTING_TOKEN.findall(text)
+    if '"' in brackets:
+        # An unterminated string: json.loads reports it; what comes before still counts.
+        del brackets[brackets.index('"'):]
+    depths = itertools.accumulate(map(_NESTING_STEP.__getitem__, brackets))
+    if max(depths, default=0) > max_depth:
+        raise PayloadError(f"JSON nested deeper than {max_depth} levels")
 
 
 def _refuse_constant(name: str) -> float:

@@ -8,6 +8,7 @@ fields). Any bad input raises :class:`bot.errors.PayloadError`, never anything e
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -338,8 +339,9 @@ def parse_inbox_update(body: object) -> InboxUpdate:
         raise PayloadError(
             f"inbox_update has {count} approvals + clarifications; at most {MAX_ITEMS} allowed"
         )
-    approvals = _parse_items(parse_approval, raw_approvals, "approvals")
-    clarifications = _parse_items(parse_clarification, raw_clarifications, "clarifications")
+    approvals = _parse_items(_remembered_approval, raw_approvals, "approvals")
+    clarifications = _parse_items(_remembered_clarification, raw_clarifications,
+                                  "clarifications")
     _refuse_duplicate_ids(approvals, clarifications)
     resolved = _parse_items(_parse_resolved, _list(obj, "resolved", "inbox_update"), "resolved")
     raw_grants = _list(obj, "grants", "inbox_update")
@@ -357,6 +359,45 @@ def parse_inbox_update(body: object) -> InboxUpdate:
         resolved=resolved,
         grants=grants,
     )
+
+
+REMEMBERED_ITEMS = MAX_ITEMS
+"""Parsed items kept by their JSON text: an agent sends its complete inbox on every change,
+so an item unchanged since the previous snapshot costs a lookup, not a parse."""
+REMEMBERED_ITEM_CHARS = 4096
+"""Larger items are parsed every time (their parse is small beside their size)."""
+
+
+def _item_text(obj: object) -> str | None:
+    """The item as JSON text; None for what no JSON decoder makes (it is parsed as it is)."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=REMEMBERED_ITEMS)
+def _approval_from_text(text: str) -> Approval:
+    return parse_approval(json.loads(text))
+
+
+@functools.lru_cache(maxsize=REMEMBERED_ITEMS)
+def _clarification_from_text(text: str) -> Clarification:
+    return parse_clarification(json.loads(text))
+
+
+def _remembered_approval(obj: object) -> Approval:
+    text = _item_text(obj)
+    if text is None or len(text) > REMEMBERED_ITEM_CHARS:
+        return parse_approval(obj)
+    return _approval_from_text(text)
+
+
+def _remembered_clarification(obj: object) -> Clarification:
+    text = _item_text(obj)
+    if text is None or len(text) > REMEMBERED_ITEM_CHARS:
+        return parse_clarification(obj)
+    return _clarification_from_text(text)
 
 
 def parse_approval(obj: object) -> Approval:

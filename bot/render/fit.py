@@ -9,11 +9,13 @@ measures again, shrinking until the card fits.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from bot.render.masking import Masker
 from bot.render.values import BlockView
 
 LIMIT_UNITS = 4000
@@ -24,6 +26,8 @@ LIMIT_BYTES = 30000
 """Raw HTML in UTF-8 bytes (the Bot API refuses more than 32768)."""
 
 MAX_ROUNDS = 8
+SKELETONS_KEPT = 4096
+"""Skeleton costs remembered (a card shows at most a hundred or so blocks)."""
 """Render-measure-shrink rounds before giving up on a detailed card."""
 
 _TAG = re.compile(r"(<[^>]*>)")
@@ -278,6 +282,15 @@ def _measure_skeleton(view: BlockView, render_block: RenderBlock) -> tuple[int, 
     skeleton = view
     if view.text:
         skeleton = replace(view, text="", more_lines=999_999, link=False, when=None, flag=None)
+    return _skeleton_cost(skeleton, skeleton.mask, render_block)
+
+
+@functools.lru_cache(maxsize=SKELETONS_KEPT)
+def _skeleton_cost(
+    skeleton: BlockView, mask: Masker, render_block: RenderBlock
+) -> tuple[int, int]:
+    """Remembered: a card is drawn again on every change, with the same skeletons. The
+    masker is part of the key (a view's equality leaves it out)."""
     rendered = measure(render_block(skeleton))
     return rendered.units + 2, rendered.entities
 

@@ -8,6 +8,7 @@ blocks and thousands of secrets.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -134,6 +135,20 @@ class Masker:
 
 NO_SECRETS = Masker(())
 """A masker that hides nothing."""
+
+MASKERS_KEPT = 16
+
+
+def masker(secrets: Iterable[str]) -> Masker:
+    """The :class:`Masker` of ``secrets``, built once for each set of secrets: a card is
+    drawn again on every change, and building the masker of thousands of secrets takes
+    longer than using it."""
+    return _cached_masker(tuple(secrets))
+
+
+@functools.lru_cache(maxsize=MASKERS_KEPT)
+def _cached_masker(secrets: tuple[str, ...]) -> Masker:
+    return Masker(secrets) if secrets else NO_SECRETS
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

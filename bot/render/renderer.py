@@ -8,10 +8,11 @@ the full text travels as an :class:`Attachment`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,7 @@ from bot.render.fit import (
     fit_views,
     measure,
 )
-from bot.render.masking import NO_SECRETS, Masker, clean
+from bot.render.masking import NO_SECRETS, Masker, clean, masker
 from bot.render.values import (
     BlockView,
     SecretsMode,
@@ -115,7 +116,13 @@ class RenderedCard:
 
     html: str
     plain: str
-    attachment: Attachment | None
+    attach: Callable[[], Attachment] | None = field(default=None, repr=False, compare=False)
+    """Builds :attr:`attachment`: the file is only built when asked for (a card is drawn
+    again on every change, its file sent once)."""
+
+    @functools.cached_property
+    def attachment(self) -> Attachment | None:
+        return self.attach() if self.attach is not None else None
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ class Renderer:
         """An item's one-line title (summary or question) with every secret masked, for
         lists such as /pending and /history."""
         if isinstance(item, Approval):
-            mask = Masker(secret_values(item.blocks))
+            mask = masker(secret_values(item.blocks))
             text = item.summary
         else:
             mask, text = NO_SECRETS, item.question
@@ -168,7 +175,7 @@ class Renderer:
         """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
         spoiler in its own block) or ``"masked"`` (never shown); times in the IANA time
         zone ``zone`` (UTC by default)."""
-        mask = Masker(secret_values(approval.blocks))
+        mask = masker(secret_values(approval.blocks))
         views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
         if not views and approval.arguments is not None:
             views = [arguments_view(approval.arguments, mask=mask)]
@@ -257,12 +264,13 @@ class Renderer:
         fitted = fit_views(views, render_card, self._render_block)
         if fitted is None:
             fitted = self._minimal_card(views, render_card)
-        attachment = None
+        attach = None
         if fitted.cut or title_cut:
             attached = list(views) if title_cut else [views[i] for i in fitted.cut]
-            attachment = self._attach(stem, title, attached, verbatim=not title_cut)
+            attach = functools.partial(self._attach, stem, title, attached,
+                                       verbatim=not title_cut)
         return RenderedCard(html=fitted.html, plain=_plain_fallback(fitted.html),
-                            attachment=attachment)
+                            attach=attach)
 
     def _minimal_card(self, views: Sequence[BlockView], render_card: RenderCard) -> Fitted:
         log.warning("card details do not fit; sending header and summary only")

@@ -67,9 +67,10 @@ class Store:
         self.db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Run the block in one transaction (nested calls join the outer one)."""
-        with self.db.transaction():
+    def transaction(self, *, durable: bool = True) -> Iterator[None]:
+        """Run the block in one transaction (nested calls join the outer one); see
+        :meth:`Database.transaction` for ``durable``."""
+        with self.db.transaction(durable=durable):
             yield
 
     def view(self) -> StoreView:

@@ -60,11 +60,12 @@ class CardsView:
         return [_card(r) for r in rows]
 
     def next_reminder(self) -> int | None:
+        # The first in the remind_at index that qualifies: not an aggregate over all.
         row = self._db.one(
-            "SELECT min(i.remind_at) AS t FROM cards c JOIN items i"
+            "SELECT i.remind_at AS t FROM cards c JOIN items i"
             " ON i.agent_id = c.agent_id AND i.item_id = c.item_id"
             " WHERE i.state = 'open' AND i.remind_at IS NOT NULL AND c.reminder = 'none'"
-            " AND c.message_id IS NOT NULL"
+            " AND c.message_id IS NOT NULL ORDER BY i.remind_at LIMIT 1"
         )
         return int(row["t"]) if row and row["t"] is not None else None
 

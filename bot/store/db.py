@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (agent_id, item_id)
 );
 CREATE INDEX IF NOT EXISTS items_open ON items (state, expires_at);
+CREATE INDEX IF NOT EXISTS items_remind ON items (state, remind_at);
 CREATE TABLE IF NOT EXISTS cards (
     card_id INTEGER PRIMARY KEY AUTOINCREMENT,
     agent_id TEXT NOT NULL,
@@ -262,8 +263,15 @@ class Database:
         return int(row["value"]) if row else 0
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Run the block in one transaction (nested calls join the outer one)."""
+    def transaction(self, *, durable: bool = True) -> Iterator[None]:
+        """Run the block in one transaction (nested calls join the outer one).
+
+        A durable commit waits for the disk (``synchronous=FULL``). One that is not
+        (``synchronous=NORMAL``) survives a killed process but may be lost with the machine's
+        power; it suits writes that only record what Telegram or the relay already did,
+        where losing one means doing it again, and it is made durable by the next durable
+        commit.
+        """
         if self._depth:
             self._depth += 1
             try:
@@ -272,8 +280,11 @@ class Database:
                 self._depth -= 1
             return
         try:
+            if not durable:
+                self._connection.execute("PRAGMA synchronous=NORMAL")
             self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            self._restore_durability(durable)
             raise StoreError(f"cannot start a transaction: {exc}") from exc
         self._depth = 1
         try:
@@ -281,6 +292,7 @@ class Database:
         except BaseException:
             self._depth = 0
             self._connection.execute("ROLLBACK")
+            self._restore_durability(durable)
             raise
         try:
             self.before_commit()
@@ -293,6 +305,13 @@ class Database:
             self._connection.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot commit: {exc}") from exc
+        finally:
+            self._restore_durability(durable)
+
+    def _restore_durability(self, durable: bool) -> None:
+        """Every other commit (single statements included) waits for the disk again."""
+        if not durable:
+            self._connection.execute("PRAGMA synchronous=FULL")
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:

@@ -48,27 +48,36 @@ class Timers:
 
     async def run(self) -> None:
         last_prune = 0
+        due: int | None = 0
         while True:
             now = self._bridge.now_ms()
             try:
-                if self._bridge.expire_due().cards:
-                    self._redraw()
-                await self._send_reminders()
+                # Woken by a change, there is only work if something is due by now.
+                if due is not None and due <= now:
+                    if self._bridge.expire_due().cards:
+                        self._redraw()
+                    await self._send_reminders()
                 if now - last_prune > REPLAY_PRUNE_EVERY_MS:
                     self._bridge.prune_replay()
                     last_prune = now
+                due = self._next_due()
             except SkaldError as exc:
                 log.warning("timers: %s; trying again in %.0f s", exc, RETRY_S)
                 await self._clock.sleep(RETRY_S)
+                due = 0
                 continue
-            await self._sleep_until_due(now)
+            await self._sleep_until(due, now)
 
-    async def _sleep_until_due(self, now: int) -> None:
+    def _next_due(self) -> int | None:
+        """When the next item expires or is due for its reminder (Unix ms)."""
         due = [t for t in (self._view.items.next_expiry(), self._view.cards.next_reminder())
                if t]
+        return min(due) if due else None
+
+    async def _sleep_until(self, due: int | None, now: int) -> None:
         timeout = MAX_SLEEP_S
-        if due:
-            timeout = min(timeout, max(0.0, (min(due) - now) / 1000))
+        if due is not None:
+            timeout = min(timeout, max(0.0, (due - now) / 1000))
         self._wake.clear()
         await self._clock.wait(self._wake, timeout + 0.01)
 

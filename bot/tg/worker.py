@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
@@ -21,7 +21,7 @@ from bot.core.model import CardRow, parse_item
 from bot.core.status import card_status, render_card
 from bot.errors import ChatMoved, ChatUnavailable, MessageGone, SkaldError, Throttled
 from bot.protocol.payloads import Approval
-from bot.render import Renderer
+from bot.render import Attachment, RenderedCard, Renderer
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import keyboard
 
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 RETRY_DELAY_S = 5.0
 MAX_RETRY_DELAY_S = 600.0
 STOP_TIMEOUT_S = 10.0
+OFF_LOOP_CHARS = 64 * 1024
+"""Items whose stored JSON is at least this long are drawn in a thread."""
 
 
 class CardWorker:
@@ -43,6 +45,7 @@ class CardWorker:
         renderer: Renderer,
         config: Config,
         clock: Clock,
+        waited: Callable[[int], float] = lambda _chat_id: 0.0,
     ) -> None:
         self._bridge = bridge
         self._view = bridge.view
@@ -50,8 +53,12 @@ class CardWorker:
         self._renderer = renderer
         self._config = config
         self._clock = clock
+        self._waited = waited
+        """How long the last request to a chat waited in the rate limiter."""
         self._wake = asyncio.Event()
         self._chats: dict[int, asyncio.Task[None]] = {}
+        self._nudges: dict[int, asyncio.Event] = {}
+        """Per chat: set by :meth:`wake` for a drain waiting on its parked cards."""
         self._last_send: dict[int, float] = {}
         self._paused_until = 0.0
         self._stopping = False
@@ -60,6 +67,8 @@ class CardWorker:
 
     def wake(self) -> None:
         self._wake.set()
+        for nudge in self._nudges.values():
+            nudge.set()
 
     async def run(self) -> None:
         """Dispatch dirty cards to one drain task per chat, until :meth:`stop`."""
@@ -91,18 +100,23 @@ class CardWorker:
 
     def _drained(self, chat_id: int, _task: asyncio.Task[None]) -> None:
         self._chats.pop(chat_id, None)
+        self._nudges.pop(chat_id, None)
         self._wake.set()
 
     async def _drain(self, chat_id: int) -> None:
+        nudge = self._nudges.setdefault(chat_id, asyncio.Event())
         while not self._stopping and not self._view.chats.forbidden(chat_id):
             now = self._clock.time()
+            nudge.clear()
             cards = self._view.cards.dirty(chat_id)
             ready = [c for c in cards if self._retry_at.get(c.card_id, 0.0) <= now]
             if not ready:
                 if not cards:
                     return
+                # Every card here waits for a retry: until the first is due, or until
+                # something changes (wake) and a card may be ready sooner.
                 wake_at = min(self._retry_at[c.card_id] for c in cards)
-                await self._clock.sleep(min(max(wake_at - now, 0.0), 1.0))
+                await self._clock.wait(nudge, wake_at - now)
                 continue
             for card in ready:
                 if self._stopping:
@@ -152,8 +166,8 @@ class CardWorker:
 
     @contextlib.asynccontextmanager
     async def _paced(self, chat_id: int) -> AsyncIterator[None]:
-        """Keep ``chat_pace_s`` between the end of one request to a chat and the start of
-        the next (measured after the request, which may have waited in the rate limiter)."""
+        """Keep ``chat_pace_s`` between the starts of two requests to a chat: the moments
+        they left the rate limiter."""
         now = self._clock.time()
         wait = max(
             self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
@@ -161,10 +175,11 @@ class CardWorker:
         )
         if wait > 0:
             await self._clock.sleep(wait)
+        entered = self._clock.time()
         try:
             yield
         finally:
-            self._last_send[chat_id] = self._clock.time()
+            self._last_send[chat_id] = entered + self._waited(chat_id)
 
     async def _show(self, card: CardRow) -> None:
         view = self._view
@@ -191,7 +206,8 @@ class CardWorker:
             granted=view.grants.granted(card.agent_id, card.item_id),
         )
         peer = view.agents.peer(card.agent_id)
-        rendered = render_card(
+        render = functools.partial(
+            render_card,
             self._renderer,
             item,
             status,
@@ -200,6 +216,19 @@ class CardWorker:
             now=from_ms(self._clock.now_ms()),
             zone=policy.timezone,
         )
+
+        def draw() -> tuple[RenderedCard, Attachment | None]:
+            rendered = render()
+            return rendered, None if card.attachment_sent else rendered.attachment
+
+        # A large item takes longer to draw than the loop may stall: draw it (and its
+        # file) in a thread; this chat's cards still go out one after another, other
+        # chats go on meanwhile.
+        if len(item.body_json) >= OFF_LOOP_CHARS:
+            rendered, attachment = await asyncio.to_thread(draw)
+        else:
+            rendered, attachment = draw()
+
         parsed = parse_item(item)
         minutes = self._bridge.grant_minutes(parsed, card.chat_id)
         offer = parsed.grant_offer if isinstance(parsed, Approval) else None
@@ -213,8 +242,11 @@ class CardWorker:
                     card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
                     topic_id=card.topic_id,
                 )
-            self._bridge.card_posted(card, message_id)
+            self._bridge.card_posted(card, message_id,
+                                     shown=generation if attachment is None else None)
             log.info("posted card for %s in chat %s", card.item_id, card.chat_id)
+            if attachment is None:
+                return
         else:
             try:
                 async with self._paced(card.chat_id):
@@ -225,11 +257,12 @@ class CardWorker:
                          card.chat_id)
                 self._bridge.card_message_gone(card.card_id)
                 return
-        if rendered.attachment is not None and not card.attachment_sent:
-            async with self._paced(card.chat_id):
-                await self._gateway.send_document(
-                    card.chat_id, rendered.attachment.filename, rendered.attachment.content,
-                    topic_id=card.topic_id, reply_to=message_id,
-                )
-            self._bridge.card_attachment_sent(card.card_id)
-        self._bridge.card_shown(card.card_id, generation)
+        if attachment is None:
+            self._bridge.card_shown(card.card_id, generation)
+            return
+        async with self._paced(card.chat_id):
+            await self._gateway.send_document(
+                card.chat_id, attachment.filename, attachment.content,
+                topic_id=card.topic_id, reply_to=message_id,
+            )
+        self._bridge.card_attachment_sent(card.card_id, generation)

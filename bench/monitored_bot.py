@@ -1,0 +1,90 @@
+"""The bot process of ``bench_load``: ``python bench/monitored_bot.py CONFIG REPORT``.
+
+It runs the bot as ``skald-telegram run`` does, plus what the benchmark measures from the
+inside: a task that notes how late the event loop wakes it (the longest stall), and the
+loop time and CPU time of every envelope the bot applies. On ``SIGUSR1`` it writes what it
+saw since the previous report to REPORT (JSON, replaced atomically) and starts afresh;
+``SIGTERM`` stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bot.app import Bot
+from bot.config import load_config
+from bot.signals import until_signalled
+
+TICK_S = 0.002
+
+
+class Stats:
+    """What the bot did since the last report."""
+
+    def __init__(self) -> None:
+        self.max_lag_s = 0.0
+        self.max_busy_s = 0.0
+        self.envelopes: list[tuple[float, float, float]] = []
+        """Of each envelope applied: seconds from its arrival to its changes, CPU seconds
+        of the event loop's thread (its loop time) and of the whole process meanwhile."""
+
+    def take(self) -> dict[str, Any]:
+        """What was seen so far; starts afresh."""
+        seen = {"max_lag_s": self.max_lag_s, "max_busy_s": self.max_busy_s,
+                "envelopes": self.envelopes}
+        self.max_lag_s, self.max_busy_s, self.envelopes = 0.0, 0.0, []
+        return seen
+
+
+async def _monitor(stats: Stats) -> None:
+    """Sleep :data:`TICK_S` again and again, noting how much later than asked it wakes
+    (wall time: on a busy machine this counts waiting for a CPU too) and how much CPU the
+    loop's thread spent meanwhile (the work that held the loop)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started, cpu = loop.time(), time.thread_time()
+        await asyncio.sleep(TICK_S)
+        stats.max_lag_s = max(stats.max_lag_s, loop.time() - started - TICK_S)
+        stats.max_busy_s = max(stats.max_busy_s, time.thread_time() - cpu)
+
+
+async def _run(config_path: str, report: Path) -> None:
+    config = load_config(config_path, environ=dict(os.environ))
+    stats = Stats()
+    async with Bot(config) as running:
+        bridge = running.bridge
+        receive = bridge.receive
+
+        async def timed(raw: dict[str, object]) -> Any:
+            wall, loop_cpu, cpu = time.perf_counter(), time.thread_time(), time.process_time()
+            try:
+                return await receive(raw)
+            finally:
+                stats.envelopes.append((time.perf_counter() - wall,
+                                        time.thread_time() - loop_cpu,
+                                        time.process_time() - cpu))
+
+        bridge.receive = timed  # type: ignore[method-assign]
+
+        def write_report() -> None:
+            partial = report.with_suffix(".part")
+            partial.write_text(json.dumps(stats.take()))
+            partial.replace(report)
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, write_report)
+        monitor = asyncio.create_task(_monitor(stats))
+        try:
+            await until_signalled()
+        finally:
+            monitor.cancel()
+
+
+if __name__ == "__main__":
+    asyncio.run(_run(sys.argv[1], Path(sys.argv[2])))

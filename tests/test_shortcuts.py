@@ -1,0 +1,261 @@
+"""The bot's shortcuts give the answers of the long way: remembered parses and maskers,
+the nesting check, commits that skip the disk, the rate limiter's window, envelopes
+opened in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.bridge import OFF_LOOP_BYTES, Bridge, item_body
+from bot.clock import SYSTEM_CLOCK
+from bot.config import parse_config
+from bot.core.model import ItemRow, Peer, parse_item
+from bot.errors import PayloadError
+from bot.protocol.encoding import loads_limited
+from bot.protocol.envelope import seal
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import (
+    Approval,
+    Block,
+    parse_approval,
+    parse_inbox_update,
+    raw_payload,
+)
+from bot.render import Renderer
+from bot.render.masking import MASK, masker
+from bot.render.renderer import RenderedCard
+from bot.store import Store
+from bot.tg.ratelimit import SlidingWindow
+
+
+def _approval(item_id: str, **fields: Any) -> dict[str, Any]:
+    return {"id": item_id, "tool": "send_email", "summary": f"Send ({item_id})",
+            "arguments": {"to": "mario@acme.com"}, **fields}
+
+
+def _inbox(rev: int, approvals: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"rev": rev, "approvals": approvals, "clarifications": [], "resolved": []}
+
+
+# -- snapshots: unchanged items are looked up, changed ones parsed ---------------------------
+
+
+def test_an_item_changed_under_the_same_id_is_parsed_again() -> None:
+    first = parse_inbox_update(_inbox(1, [_approval("a1"), _approval("a2")]))
+    again = parse_inbox_update(_inbox(2, [_approval("a1"), _approval("a2")]))
+    changed = parse_inbox_update(_inbox(3, [_approval("a1", summary="Changed"),
+                                            _approval("a2")]))
+    assert again.approvals == first.approvals
+    assert changed.approvals[0].summary == "Changed"
+    assert changed.approvals[1] == first.approvals[1]
+
+
+def test_a_remembered_item_does_not_excuse_a_broken_one_with_its_id() -> None:
+    parse_inbox_update(_inbox(1, [_approval("b1")]))
+    broken = _approval("b1")
+    del broken["tool"]
+    with pytest.raises(PayloadError, match=r"approvals\[0\]"):
+        parse_inbox_update(_inbox(2, [broken]))
+
+
+def test_values_that_print_alike_in_python_stay_apart() -> None:
+    one = parse_inbox_update(_inbox(1, [_approval("c1", arguments={"n": 1})]))
+    real = parse_inbox_update(_inbox(2, [_approval("c1", arguments={"n": 1.0})]))
+    flag = parse_inbox_update(_inbox(3, [_approval("c1", arguments={"n": True})]))
+    assert [type(u.approvals[0].arguments["n"]) for u in (one, real, flag)] == [int, float, bool]
+
+
+def test_a_stored_item_whose_text_changed_is_parsed_again() -> None:
+    def row(body: dict[str, Any]) -> ItemRow:
+        return ItemRow("agent", "d1", "approval", json.dumps(body), "open", None, None, None,
+                       None, None, None, 0)
+
+    assert parse_item(row(_approval("d1"))).summary == "Send (d1)"
+    assert parse_item(row(_approval("d1", summary="Other"))).summary == "Other"
+
+
+# -- maskers, one per set of secrets ------------------------------------------------------
+
+
+def test_a_masker_is_built_once_per_set_of_secrets_and_masks_only_its_own() -> None:
+    first = masker(["abcd1234"])
+    assert masker(["abcd1234"]) is first
+    assert first("key abcd1234 here") == f"key {MASK} here"
+    other = masker(["wxyz9876"])
+    assert other("key abcd1234 here") == "key abcd1234 here"
+    assert other("key wxyz9876") == f"key {MASK}"
+    assert masker([])("abcd1234") == "abcd1234"
+
+
+# -- nesting depth ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[" * 8 + "]" * 8, None),
+        ("[" * 9 + "]" * 9, "nested deeper than 8 levels"),
+        ('["' + "[" * 20 + '"]', None),  # brackets inside a string are text
+        ('[["\\"[[[[[[[[[[[[", 1]]', None),  # an escaped quote does not end the string
+        ('[["\\\\", [[[[[[[[[[]]]]]]]]]]]]', "nested deeper"),  # an escaped backslash does
+        ('[{"a": [{"b": [[[[[[]]]]]]}]}]', "nested deeper"),
+        ('{"a": "' + "[" * 30, "invalid JSON"),  # unterminated: json.loads reports it
+        ("[" * 100_000, "nested deeper"),
+    ],
+)
+def test_nesting_is_counted_outside_strings(text: str, error: str | None) -> None:
+    if error is None:
+        loads_limited(text, max_bytes=1 << 20, max_depth=8)
+    else:
+        with pytest.raises(PayloadError, match=error):
+            loads_limited(text, max_bytes=1 << 20, max_depth=8)
+
+
+# -- commits that do not wait for the disk ----------------------------------------------
+
+
+def test_a_commit_that_skips_the_disk_still_commits_and_leaves_the_next_one_durable(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "state.sqlite3")
+    db = store.db
+
+    def synchronous() -> int:
+        row = db.one("PRAGMA synchronous")
+        assert row is not None
+        return int(row[0])
+
+    assert synchronous() == 2  # FULL
+    with store.transaction(durable=False):
+        assert synchronous() == 1  # NORMAL
+        store.chats.note(1, "One", "private")
+    assert synchronous() == 2
+    with pytest.raises(RuntimeError), store.transaction(durable=False):
+        store.chats.note(2, "Two", "private")
+        raise RuntimeError("rolled back")
+    assert synchronous() == 2
+    store.close()
+    reopened = Store.open(tmp_path / "state.sqlite3")
+    assert reopened.chats.title(1) == "One"
+    assert reopened.chats.title(2) == ""
+    reopened.close()
+
+
+# -- the rate limiter's window ------------------------------------------------------------
+
+
+async def test_the_window_lets_a_burst_through_and_then_keeps_its_limit() -> None:
+    window = SlidingWindow(3, 0.2)
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    ends: list[float] = []
+
+    async def request() -> None:
+        async with window.slot():
+            starts.append(loop.time())
+            await asyncio.sleep(0.01)
+            ends.append(loop.time())
+
+    await asyncio.gather(*(request() for _ in range(7)))
+    assert starts[2] - starts[0] < 0.2  # the first three did not wait for each other
+    for ended, later in zip(ends, starts[3:], strict=False):
+        assert later - ended >= 0.2 - 1e-3  # a fourth only a period after one ended
+
+
+# -- large envelopes opened in a thread ---------------------------------------------------
+
+
+@pytest.fixture
+def bridge_and_agent(tmp_path: Path) -> Iterator[tuple[Bridge, Identity, Store]]:
+    device, agent = Identity.generate("bot"), Identity.generate("agent")
+    store = Store.open(tmp_path / "state.sqlite3")
+    config = parse_config({"telegram": {"token": "1:x", "admins": [1]},
+                           "state": {"dir": str(tmp_path)}}, base=tmp_path)
+    bridge = Bridge(identity=device, store=store, config=config, clock=SYSTEM_CLOCK)
+    store.agents.add_peer(Peer(agent.id, "ws://relay", json.dumps(agent.card.to_json()),
+                               "agent"), 0)
+    store.agents.bind(agent.id, 5, None, 0)
+    yield bridge, agent, store
+    store.close()
+
+
+def _sealed(bridge: Bridge, agent: Identity, body: dict[str, Any]) -> dict[str, object]:
+    return seal(raw_payload("inbox_update", body), sender=agent,
+                recipient=bridge.identity.card, ts_ms=int(time.time() * 1000)).to_json()
+
+
+async def test_a_large_envelope_opened_in_a_thread_is_applied_once(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    items = [_approval(f"e{i:04d}", summary="x" * 200) for i in range(400)]
+    envelope = _sealed(bridge, agent, _inbox(1, items))
+    assert len(str(envelope["ct"])) >= OFF_LOOP_BYTES
+    assert (await bridge.receive(envelope)).cards
+    assert store.items.open_count() == 400
+    assert not (await bridge.receive(envelope)).cards  # a replay: dropped
+    assert store.items.open_count() == 400
+
+
+async def test_a_snapshot_does_not_bring_back_an_item_closed_before(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    bridge.handle_envelope(_sealed(bridge, agent, _inbox(1, [_approval("f1")])))
+    with store.transaction():
+        store.items.close(agent.id, "f1", state="approved", by="Ada", at=1)
+    bridge.handle_envelope(_sealed(bridge, agent, _inbox(2, [_approval("f1"),
+                                                             _approval("f2")])))
+    f1 = store.items.get(agent.id, "f1")
+    assert f1 is not None and f1.state == "approved"
+    assert store.items.open_ids(agent.id) == {"f2"}
+
+
+# -- skeleton costs remembered across redraws ---------------------------------------------
+
+
+def test_an_overflowing_card_draws_the_same_with_remembered_skeletons() -> None:
+    blocks = tuple(Block("key_value", f"Key {i}", f"value {i} " * 40, "string")
+                   for i in range(300))
+    approval = Approval("g1", "configure", "Many rows", blocks, None)
+    now = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+    def draw(renderer: Renderer) -> RenderedCard:
+        return renderer.approval_card(approval, agent_name="agent", secrets="masked", now=now)
+
+    renderer = Renderer()
+    first = draw(renderer)
+    again = draw(renderer)  # every skeleton's cost remembered
+    fresh = draw(Renderer())  # none
+    assert first.attachment is not None
+    for other in (again, fresh):
+        assert (other.html, other.plain, other.attachment) == \
+            (first.html, first.plain, first.attachment)
+
+
+def test_an_item_no_json_decoder_makes_is_still_judged_by_the_parser() -> None:
+    with pytest.raises(PayloadError, match=r"approvals\[0\]"):
+        parse_inbox_update(_inbox(1, [{"id": "h1", "tool": object(), "summary": "s"}]))
+
+
+async def test_a_large_item_encoded_in_the_thread_is_stored_as_on_the_loop(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    blocks = [{"type": "field", "label": f"L{i}", "value": f"value {i} " * 5}
+              for i in range(2000)]
+    raw = _approval("k1", blocks={"v": 1, "blocks": blocks})
+    envelope = _sealed(bridge, agent, _inbox(1, [raw]))
+    assert len(str(envelope["ct"])) >= OFF_LOOP_BYTES
+    await bridge.receive(envelope)
+    stored = store.items.get(agent.id, "k1")
+    assert stored is not None
+    assert stored.body_json == item_body(parse_approval(raw))
