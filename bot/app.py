@@ -31,6 +31,7 @@ from bot.supervisor import Supervisor
 from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
+from bot.tg.notes import NoteWorker
 from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
 from bot.tg.update_inbox import UpdateInbox
@@ -65,11 +66,13 @@ class Redraw:
     worker: CardWorker
     timers: Timers
     changed: asyncio.Event
+    notes: NoteWorker
 
     def __call__(self, changes: Changes) -> None:
         if changes.cards:
             self.worker.wake()
             self.timers.wake()
+            self.notes.wake()
             self.changed.set()
 
 
@@ -160,8 +163,11 @@ class Bot:
                             clock=self._clock, waited=limiter.waited)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, clock=self._clock)
+        notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
+                           clock=self._clock)
         changed = asyncio.Event()
-        pool = RelayPool(bridge, after=Redraw(worker, timers, changed), **self._relay_options)
+        redraw = Redraw(worker, timers, changed, notes)
+        pool = RelayPool(bridge, after=redraw, **self._relay_options)
         handlers = Handlers(
             bridge=bridge, renderer=renderer, gateway=gateway, config=config,
             apply=pool.apply, changed=changed, approvers=approvers,
@@ -180,6 +186,7 @@ class Bot:
         stack.callback(remove_status, config.status_path)
         running.supervisor.start("card worker", worker.run)
         running.supervisor.start("timers", timers.run)
+        running.supervisor.start("note worker", notes.run)
         running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
         stack.push_async_callback(running.supervisor.stop)
         stack.push_async_callback(worker.stop)

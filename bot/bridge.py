@@ -19,9 +19,19 @@ import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from bot.clock import Clock, from_ms, to_ms
 from bot.config import ChatPolicy, Config
+from bot.core.grants import (
+    ACTIVITY_WINDOW_MS,
+    ActivityRow,
+    GrantedRow,
+    GrantRow,
+    grant_status,
+    offered_minutes,
+    plan_grants,
+)
 from bot.core.inbox import plan_update, remind_at
 from bot.core.model import CardRow, ChatKind, DecisionRow, ItemRow, Pairing, Peer, parse_item
 from bot.core.policy import (
@@ -34,6 +44,7 @@ from bot.core.policy import (
     Tallied,
     TapResult,
     Voter,
+    evaluate_revoke,
     evaluate_tap,
 )
 from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
@@ -42,10 +53,14 @@ from bot.protocol.envelope import Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.pairing import PairingUri, build_pair_request
 from bot.protocol.payloads import (
+    Activity,
     Approval,
     ApprovalDecision,
     Clarification,
     ClarificationAnswer,
+    Grant,
+    GrantRequest,
+    GrantRevoke,
     InboxRequest,
     InboxUpdate,
     Notification,
@@ -96,6 +111,15 @@ class TapReport:
     result: TapResult
     card: CardRow | None = None
     item: ItemRow | None = None
+    changes: Changes = field(default=NOTHING)
+
+
+@dataclass(frozen=True)
+class RevokeReport:
+    """What a Revoke tap did: ``refusal`` None when the revoke was sent."""
+
+    refusal: Refusal | None
+    grant: GrantRow | None = None
     changes: Changes = field(default=NOTHING)
 
 
@@ -250,6 +274,8 @@ class Bridge:
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
             self._apply_inbox_update(sender.id, payload, now, bodies)
+        elif isinstance(payload, Activity):
+            self._apply_activity(sender.id, payload, now)
         elif isinstance(payload, Notification):
             if not self._store.items.has(sender.id, payload.item_id):
                 peer = self._store.agents.peer(sender.id)
@@ -316,6 +342,73 @@ class Bridge:
             if self._store.items.close(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
                 self._store.audit.append("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
+        self._apply_grants(agent_id, update.grants, now)
+
+    def _apply_grants(self, agent_id: str, reported: tuple[Grant, ...], now: int) -> None:
+        """Hold the grants the agent lists in force; one no longer listed has ended
+        (revoked, when an approver asked for it)."""
+        grants = self._store.grants
+        plan = plan_grants(reported, grants.of_agent(agent_id))
+        chats: list[int | None] = [
+            b.chat_id for b in self._store.agents.bindings_for_agent(agent_id)] or [None]
+        for grant in plan.new:
+            row = GrantRow(
+                agent_id, grant.id, grant.key, grant.label, grant.granted_by.name,
+                _maybe_ms(grant.granted_at), _maybe_ms(grant.expires_at), grant.uses,
+                new_token(), "active", None, None, None,
+            )
+            grants.add(agent_id, row)
+            for chat_id in chats:
+                self._store.audit.append(
+                    "grant_in_force", at=now, chat_id=chat_id, agent_id=agent_id,
+                    user_id=grant.granted_by.telegram_user_id, user_name=grant.granted_by.name,
+                    grant_id=grant.id, label=grant.label, expires_at=row.expires_at,
+                )
+        for grant in plan.changed:
+            grants.update(agent_id, grant.id, uses=grant.uses,
+                          expires_at=_maybe_ms(grant.expires_at))
+        for row in plan.gone:
+            state = "revoked" if row.revoke_at is not None else "ended"
+            grants.end(agent_id, row.grant_id, state=state, now_ms=now)
+            for chat_id in chats:
+                self._store.audit.append(
+                    f"grant_{state}", at=now, chat_id=chat_id, agent_id=agent_id,
+                    user_name=row.revoke_by, grant_id=row.grant_id, label=row.label,
+                    uses=row.uses,
+                )
+
+    def _apply_activity(self, agent_id: str, activity: Activity, now: int) -> None:
+        """Hold the calls an agent ran under grants (each id once) and append them to an
+        activity message in every chat the agent is bound to: the chat's last one while it
+        is younger than :data:`ACTIVITY_WINDOW_MS`, else a new one."""
+        grants = self._store.grants
+        fresh = []
+        for entry in activity.entries:
+            row = ActivityRow(agent_id, entry.id, entry.tool, entry.summary, entry.grant_id,
+                              _maybe_ms(entry.at) or now)
+            if grants.add_activity(row):
+                fresh.append(row)
+        bindings = self._store.agents.bindings_for_agent(agent_id)
+        chats: list[int | None] = [b.chat_id for b in bindings] or [None]
+        for chat_id in chats:
+            for row in fresh:
+                grant = grants.get(agent_id, row.grant_id) if row.grant_id else None
+                self._store.audit.append(
+                    "grant_used", at=now, chat_id=chat_id, agent_id=agent_id,
+                    user_name=grant.granted_by if grant else None, grant_id=row.grant_id,
+                    entry_id=row.entry_id, tool=row.tool, summary=row.summary,
+                )
+        for binding in bindings if fresh else []:
+            note = grants.latest_note(binding.chat_id, "activity")
+            if note is None or note.opened_at <= now - ACTIVITY_WINDOW_MS:
+                topic = binding.topic_id if binding.topic_id is not None \
+                    else self.policy(binding.chat_id).topic
+                note_id = grants.add_note("activity", binding.chat_id, topic, now)
+            else:
+                note_id = note.note_id
+            for row in fresh:
+                grants.add_note_line(note_id, agent_id, row.entry_id)
+            grants.mark_note(note_id)
 
     def _bind(self, agent_id: str, chat_id: int, topic_id: int | None, now: int) -> None:
         """Bind an agent to a chat, with a card there for each of its open items."""
@@ -430,6 +523,7 @@ class Bridge:
             expired=item.expires_at is not None and item.expires_at <= now,
             bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
             options=parsed.options if isinstance(parsed, Clarification) else (),
+            grant_minutes=self.grant_minutes(parsed, chat_id),
         )
         votes = tuple(Voter(v.user_id, v.name, v.at) for v in self._store.cards.votes(card.card_id))
         result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
@@ -456,6 +550,14 @@ class Bridge:
         item = self._store.items.get(card.agent_id, card.item_id)
         return TapReport(result, card, item, changes)
 
+    def grant_minutes(self, item: Approval | Clarification, chat_id: int) -> int:
+        """How long a grant a card of ``item`` offers in the chat (0: none)."""
+        if not isinstance(item, Approval):
+            return 0
+        policy = self.policy(chat_id)
+        return offered_minutes(item.grant_offer, allowed=policy.grants,
+                               minutes=policy.grant_minutes)
+
     def record_refused_tap(
         self, chat_id: int, tapper: Person, action: str, reason: Refusal
     ) -> None:
@@ -467,6 +569,7 @@ class Bridge:
     def _decide(
         self, card: CardRow, approval: Approval, result: Decided, person: Person, now: int
     ) -> Changes:
+        offer = approval.grant_offer if result.grant_minutes else None
         payload = ApprovalDecision(
             decision_id=str(uuid.uuid4()),
             approval_id=approval.id,
@@ -475,6 +578,7 @@ class Bridge:
             decided_by=person,
             decided_at=format_rfc3339(from_ms(now)),
             args_sha256=args_sha256(approval.arguments),
+            grant=GrantRequest(offer.key, result.grant_minutes) if offer else None,
         )
         envelope_id, changes = self._send_to_agent(card.agent_id, payload)
         self._store.items.add_decision(DecisionRow(
@@ -492,7 +596,77 @@ class Bridge:
             approvers=[{"user_id": v.user_id, "name": v.name, "at": v.at_ms}
                        for v in result.voters],
         )
+        if offer is not None:
+            until = now + result.grant_minutes * 60_000
+            self._store.grants.add_granted(GrantedRow(
+                card.agent_id, approval.id, card.chat_id, offer.label, result.grant_minutes,
+                until, person.name,
+            ))
+            self._store.audit.append(
+                "grant_given", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
+                item_id=approval.id, user_id=person.telegram_user_id, user_name=person.name,
+                label=offer.label, minutes=result.grant_minutes, until=until,
+                decision_id=payload.decision_id,
+            )
         return changes
+
+    # -- grants -----------------------------------------------------------------------------
+
+    def revoke_grant(
+        self, token: str, *, chat_id: int, tapper: Person, approvers: frozenset[int]
+    ) -> RevokeReport:
+        """An approver of ``chat_id`` tapped Revoke: send ``grant_revoke`` to the agent
+        (the grant shows as revoked once the agent's next update no longer lists it).
+        Every tap is audited, allowed or not."""
+        now = self.now_ms()
+        grant = self._store.grants.by_token(token)
+        if grant is None:
+            self.record_refused_tap(chat_id, tapper, "revoke", Refusal.UNKNOWN_CARD)
+            return RevokeReport(Refusal.UNKNOWN_CARD)
+        refusal = evaluate_revoke(
+            user_id=tapper.telegram_user_id or 0, approvers=approvers,
+            bound=self._store.agents.is_bound(grant.agent_id, chat_id),
+            status=grant_status(grant, now),
+        )
+        changes = NOTHING
+        with self._store.transaction():
+            self._store.audit.append(
+                "tap", at=now, chat_id=chat_id, agent_id=grant.agent_id,
+                user_id=tapper.telegram_user_id, user_name=tapper.name, action="revoke",
+                allowed=refusal is None, refusal=refusal.value if refusal else None,
+                grant_id=grant.grant_id,
+            )
+            if refusal is None:
+                _envelope, changes = self._send_to_agent(grant.agent_id, GrantRevoke(
+                    grant.grant_id, tapper, format_rfc3339(from_ms(now))))
+                self._store.grants.revoke_requested(grant.agent_id, grant.grant_id,
+                                                    by=tapper.name, now_ms=now)
+                self._store.audit.append(
+                    "grant_revoke_sent", at=now, chat_id=chat_id, agent_id=grant.agent_id,
+                    user_id=tapper.telegram_user_id, user_name=tapper.name,
+                    grant_id=grant.grant_id, label=grant.label,
+                )
+        return RevokeReport(refusal, self._store.grants.by_token(token), changes | REDRAW)
+
+    def list_grants(self, chat_id: int, topic_id: int | None) -> Changes:
+        """Someone sent ``/grants``: a message listing the grants in force for the chat's
+        agents, edited later as they are revoked or end."""
+        now = self.now_ms()
+        grants = self._store.grants
+        with self._store.transaction():
+            note_id = grants.add_note("grants", chat_id, topic_id, now)
+            for grant in grants.active_for_chat(chat_id, now):
+                grants.add_note_line(note_id, grant.agent_id, grant.grant_id)
+        return REDRAW
+
+    def note_posted(self, note_id: int, message_id: int) -> None:
+        self._store.grants.note_posted(note_id, message_id)
+
+    def note_shown(self, note_id: int, generation: int) -> None:
+        self._store.grants.note_clean(note_id, generation)
+
+    def note_gone(self, note_id: int) -> None:
+        self._store.grants.note_gone(note_id)
 
     def _answer(
         self, card: CardRow, item_id: str, answer: str, person: Person, now: int
@@ -737,6 +911,10 @@ def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> Changes:
 def new_token() -> str:
     """A random, unguessable per-card token for callback data (16 characters)."""
     return secrets.token_urlsafe(12)
+
+
+def _maybe_ms(moment: datetime | None) -> int | None:
+    return None if moment is None else to_ms(moment)
 
 
 def _short(value: object) -> str:

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
+DEFAULT_GRANT_MINUTES = 30
+MAX_GRANT_MINUTES = 24 * 60
 SERVICE_IDS = frozenset({1087968824, 777000, 136817688})
 """Telegram's stand-ins (anonymous group admin, Telegram itself, channel posts), never a
 person: refused as admins or approvers (taps from them are refused by bot.core.policy)."""
@@ -40,6 +42,9 @@ class ChatConfig:
     required_approvals: int = 1
     secrets: SecretsMode | None = None
     topic: int | None = None
+    grants: bool | None = None
+    """Whether approvals may come with a grant; ``None``: on in private chats only."""
+    grant_minutes: int = DEFAULT_GRANT_MINUTES
     timezone: str | None = None
 
 
@@ -52,6 +57,9 @@ class ChatPolicy:
     required_approvals: int
     secrets: SecretsMode
     topic: int | None
+    grants: bool = False
+    """Whether a card offers "Approve + …" (never with a quorum above one)."""
+    grant_minutes: int = DEFAULT_GRANT_MINUTES
     timezone: str = "UTC"
     """The IANA zone the chat's times are shown in."""
 
@@ -96,12 +104,16 @@ class Config:
         entries = [self.chats[i] for i in (chat_id, *former_ids) if i in self.chats]
         chat = entries[0] if entries else ChatConfig(id=chat_id)
         default_approvers: Approvers = frozenset({chat_id}) if private else "admins"
+        grants = chat.grants if chat.grants is not None else private
         return ChatPolicy(
             chat_id=chat_id,
             approvers=chat.approvers if chat.approvers is not None else default_approvers,
             required_approvals=chat.required_approvals,
             secrets=chat.secrets or ("spoiler" if private else "masked"),
             topic=chat.topic,
+            # One person must not widen what a quorum guards.
+            grants=grants and chat.required_approvals <= 1,
+            grant_minutes=chat.grant_minutes,
             timezone=chat.timezone or self.timezone,
         )
 
@@ -213,7 +225,8 @@ def _chat(entry: object, where: str) -> ChatConfig:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: must be a table")
     _only_keys(entry, f"{where}.",
-               {"id", "approvers", "required_approvals", "secrets", "topic", "timezone"})
+               {"id", "approvers", "required_approvals", "secrets", "topic", "timezone",
+                "grants", "grant_minutes"})
     chat_id = entry.get("id")
     if isinstance(chat_id, bool) or not isinstance(chat_id, int):
         raise ConfigError(f"{where}.id: must be a Telegram chat id (an integer)")
@@ -239,14 +252,38 @@ def _chat(entry: object, where: str) -> ChatConfig:
     topic = entry.get("topic")
     if topic is not None and (isinstance(topic, bool) or not isinstance(topic, int)):
         raise ConfigError(f"{where}.topic: must be a forum topic's message_thread_id (integer)")
+    grants, grant_minutes = _grants(entry, where, required)
     return ChatConfig(
         id=chat_id,
         approvers=approvers,
         required_approvals=required,
         secrets=secrets,
         topic=topic,
+        grants=grants,
+        grant_minutes=grant_minutes,
         timezone=_timezone(entry, f"{where}.timezone"),
     )
+
+
+def _grants(entry: Mapping[str, Any], where: str, required: int) -> tuple[bool | None, int]:
+    """A chat's ``grants`` ("on"/"off", absent: the chat type's default) and
+    ``grant_minutes``."""
+    raw = entry.get("grants")
+    if raw not in (None, "on", "off"):
+        raise ConfigError(f"{where}.grants: must be \"on\" or \"off\", got {raw!r}")
+    if raw == "on" and required > 1:
+        raise ConfigError(
+            f"{where}.grants: \"on\" cannot go with required_approvals = {required} "
+            "(one approver would widen what the quorum guards)"
+        )
+    minutes = entry.get("grant_minutes", DEFAULT_GRANT_MINUTES)
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or \
+            not 1 <= minutes <= MAX_GRANT_MINUTES:
+        raise ConfigError(
+            f"{where}.grant_minutes: must be an integer from 1 to {MAX_GRANT_MINUTES}, "
+            f"got {minutes!r}"
+        )
+    return (None if raw is None else raw == "on"), minutes
 
 
 def _timezone(table: Mapping[str, Any], key: str) -> str | None:

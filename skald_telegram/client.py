@@ -337,6 +337,15 @@ class AgentClient:
         """Forget a paired device (by id or name)."""
         return dict(self._send(_Api.unpair(device)))
 
+    def grants(self) -> list[dict[str, Any]]:
+        """The grants in force: ``grant_id``, ``label``, ``granted_by``, ``expires_at``,
+        ``uses``, ``key``."""
+        return list(self._send(_Request("GET", "/v1/grants"))["grants"])
+
+    def revoke_grant(self, grant_id: str) -> dict[str, Any]:
+        """End a grant in force (the paired devices are told)."""
+        return dict(self._send(_Request("DELETE", f"/v1/grants/{grant_id}")))
+
 
 class AsyncAgentClient:
     """The asyncio twin of :class:`AgentClient` (same methods, awaited)."""
@@ -450,3 +459,9 @@ class AsyncAgentClient:
 
     async def unpair(self, device: str) -> dict[str, Any]:
         return dict(await self._send(_Api.unpair(device)))
+
+    async def grants(self) -> list[dict[str, Any]]:
+        return list((await self._send(_Request("GET", "/v1/grants")))["grants"])
+
+    async def revoke_grant(self, grant_id: str) -> dict[str, Any]:
+        return dict(await self._send(_Request("DELETE", f"/v1/grants/{grant_id}")))

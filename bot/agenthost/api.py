@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bot.agenthost.grants import MAX_KEY_CHARS
 from bot.agenthost.service import MAX_TIMEOUT_S, AgentHost, Refusal
 from bot.errors import PayloadError, SkaldError
 from bot.protocol.encoding import loads_limited
@@ -133,8 +134,8 @@ async def create_approval(request: Request) -> Response:
         arguments=arguments,
         blocks=_blocks(body.get("blocks")),
         timeout_s=_timeout(body),
-        grant_key=_text(body, "grant_key", MAX_TOOL_CHARS, required=False),
-        grant_label=_text(body, "grant_label", MAX_TOOL_CHARS, required=False),
+        grant_key=_text(body, "grant_key", MAX_KEY_CHARS, required=False),
+        grant_label=_text(body, "grant_label", MAX_KEY_CHARS, required=False),
     )
     return JSONResponse({"item_id": item.item_id}, status_code=201)
 
@@ -205,6 +206,15 @@ async def unpair(request: Request) -> Response:
     return JSONResponse({"id": card.id, "name": card.name})
 
 
+async def list_grants(request: Request) -> Response:
+    return JSONResponse({"grants": [g.listing_json() for g in _host(request).grants()]})
+
+
+async def revoke_grant(request: Request) -> Response:
+    grant = _host(request).revoke_grant(request.path_params["grant_id"])
+    return JSONResponse(grant.listing_json())
+
+
 def _host(request: Request) -> AgentHost:
     host: AgentHost = request.app.state.host
     return host
@@ -258,6 +268,8 @@ def create_app(host: AgentHost, token: str | None = None) -> ASGIApp:
         Route("/v1/pairings", _guarded(create_pairing), methods=["POST"]),
         Route("/v1/pairings/{pairing_id}", _guarded(pairing), methods=["GET"]),
         Route("/v1/devices/{device}", _guarded(unpair), methods=["DELETE"]),
+        Route("/v1/grants", _guarded(list_grants), methods=["GET"]),
+        Route("/v1/grants/{grant_id}", _guarded(revoke_grant), methods=["DELETE"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.host = host

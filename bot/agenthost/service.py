@@ -15,8 +15,10 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
+from bot.agenthost import grants as gr
 from bot.agenthost import items as it
 from bot.agenthost.describe import default_summary, describe_arguments
 from bot.agenthost.items import Item, Kind, State
@@ -38,6 +40,7 @@ from bot.protocol.payloads import (
     MAX_ITEMS,
     ApprovalDecision,
     ClarificationAnswer,
+    GrantRevoke,
     InboxRequest,
     PairRequest,
     parse_approval,
@@ -89,6 +92,8 @@ class AgentHost:
         self._closing = False
         self._last_reject: dict[str, int] = {}
         self._expiry_wake = asyncio.Event()
+        self._grants_shown: frozenset[str] | None = None
+        """The grants in force the devices were last told of."""
         self.relay = RelayClient(
             relay_url, identity, handler=self._on_envelope, outbox=store,
             **dict(relay_options or {}),
@@ -117,19 +122,26 @@ class AgentHost:
         grant_key: str | None = None,
         grant_label: str | None = None,
     ) -> Item:
-        """Store a new approval and show it to every paired device."""
+        """Store a new approval and show it to every paired device; with a ``grant_key``
+        it offers a grant for the calls under that key (unless the arguments hold a
+        secret), and a call a grant in force covers is approved at once."""
         now = self._clock.now_ms()
         item_id = it.new_item_id(Kind.APPROVAL)
         summary = summary or default_summary(tool, arguments)
+        blocks = describe_arguments(arguments) if blocks is None else blocks
+        offer = gr.offer_for(grant_key, grant_label, blocks)
+        covering = gr.covering(self.store.grants_in_force(now), offer.key if offer else None, now)
         wire = it.approval_wire(
             item_id,
             tool=tool,
             summary=summary,
-            blocks=describe_arguments(arguments) if blocks is None else blocks,
+            blocks=blocks,
             arguments=arguments,
             created_ms=now,
             expires_ms=now + int(timeout_s * 1000),
         )
+        if offer is not None and covering is None:
+            wire["grant_offer"] = offer.wire()
         try:
             parse_approval(wire)
         except PayloadError as exc:
@@ -139,8 +151,43 @@ class AgentHost:
             args_sha256=args_sha256(dict(arguments)), created_ms=now,
             expires_ms=now + int(timeout_s * 1000),
         )
-        self._add(item, grant_key, grant_label)
+        if covering is not None and offer is not None:
+            return self._run_covered(item, covering, offer, now)
+        self._add(item, offer.key if offer else None, offer.label if offer else None)
         return item
+
+    def _run_covered(self, item: Item, grant: gr.Grant, offer: gr.Offer, now: int) -> Item:
+        """Approve a call a grant covers without asking: count the use and show every
+        device what ran (an ``activity`` entry)."""
+        approved = replace(item, state=State.APPROVED, reason=gr.covered_reason(grant, now),
+                           decided_by=dict(grant.granted_by), resolved_ms=now)
+        entry = gr.activity_entry(grant, str(item.wire["tool"]), item.summary, now)
+        payload = raw_payload("activity", {"entries": [entry]})
+        with self.store.transaction():
+            self.store.add_item(approved, offer.key, offer.label)
+            self.store.save_outcome(approved)
+            self.store.count_use(grant.grant_id)
+            for device in self._peers.values():
+                self._send(device, payload, now)
+        log.info("approved %s under grant %s", item.item_id, grant.grant_id)
+        self._after_change([approved])
+        return approved
+
+    def grants(self) -> list[gr.Grant]:
+        """The grants in force, oldest first."""
+        return self.store.grants_in_force(self._clock.now_ms())
+
+    def revoke_grant(self, grant_id: str) -> gr.Grant:
+        """End a grant in force here and tell every device."""
+        now = self._clock.now_ms()
+        grant = self.store.grant(grant_id)
+        with self.store.transaction():
+            if grant is None or not self.store.end_grant(grant_id, now):
+                raise Refusal(404, f"no grant {grant_id!r} in force", "grant_id")
+            self._broadcast(self._peers.values())
+        log.info("revoked grant %s locally", grant_id)
+        self._after_change()
+        return grant
 
     def submit_question(
         self, *, question: str, options: list[str], timeout_s: float
@@ -296,6 +343,11 @@ class AgentHost:
                 ended = self._on_answer(opened, payload, now)
             elif isinstance(payload, InboxRequest):
                 self._broadcast([opened.sender])
+            elif isinstance(payload, GrantRevoke):
+                if self.store.end_grant(payload.grant_id, now):
+                    log.info("grant %s revoked by %s on device %s", payload.grant_id,
+                             payload.revoked_by.name, opened.sender.id)
+                self._broadcast(self._peers.values())
             else:
                 log.debug("ignored a %s from %s", type(payload).__name__, opened.sender.id)
         self._after_change(ended)
@@ -320,8 +372,27 @@ class AgentHost:
         log.info("paired with device %s (%s)", device.id, device.name)
 
     def _on_decision(self, opened: Opened, decision: ApprovalDecision, now: int) -> list[Item]:
-        return self._resolve(opened, decision.approval_id, "decision", now,
-                             lambda item: it.decide(item, decision, now))
+        def step(item: Item) -> Item | it.Refused:
+            result = it.decide(item, decision, now)
+            if isinstance(result, Item) and result.state is State.APPROVED and decision.grant:
+                self._give_grant(result, decision, now)
+            return result
+
+        return self._resolve(opened, decision.approval_id, "decision", now, step)
+
+    def _give_grant(self, item: Item, decision: ApprovalDecision, now: int) -> None:
+        """Keep the grant an approval came with, if the host offered that key for it; a
+        refused grant leaves the approval as it is."""
+        assert decision.grant is not None
+        grant = gr.give(self.store.item_offer(item.item_id), decision.grant,
+                        it.person_json(decision.decided_by), now)
+        if isinstance(grant, str):
+            log.warning("refused the grant of decision %s for %s: %s", decision.decision_id,
+                        item.item_id, grant)
+            return
+        self.store.add_grant(grant, item.item_id)
+        log.info("grant %s (%s) given by %s until %s", grant.grant_id, grant.label,
+                 grant.by_name, it.iso_ms(grant.expires_ms))
 
     def _on_answer(self, opened: Opened, answer: ClarificationAnswer, now: int) -> list[Item]:
         return self._resolve(opened, answer.clarification_id, "answer", now,
@@ -365,6 +436,9 @@ class AgentHost:
             self.store.next_rev(now), self.name, self.store.open_items(),
             self.store.recently_resolved(it.MAX_RESOLVED),
         )
+        grants = self.store.grants_in_force(now)
+        body["grants"] = [grant.wire() for grant in grants]
+        self._grants_shown = frozenset(grant.grant_id for grant in grants)
         payload = raw_payload("inbox_update", body)
         for device in devices:
             self._send(device, payload, now)
@@ -399,7 +473,10 @@ class AgentHost:
     async def _expire_forever(self) -> None:
         while True:
             self._expiry_wake.clear()
-            deadline = self.store.next_expiry()
+            now = self._clock.now_ms()
+            deadlines = [t for t in (self.store.next_expiry(), self.store.next_grant_expiry(now))
+                         if t is not None]
+            deadline = min(deadlines) if deadlines else None
             delay = EXPIRY_TICK_S if deadline is None else (deadline - self._clock.now_ms()) / 1000
             if delay > 0:
                 await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
@@ -413,7 +490,9 @@ class AgentHost:
         now = self._clock.now_ms()
         ended = [it.end(item, State.EXPIRED, now) for item in it.due(self.store.open_items(), now)]
         done = [item for item in ended if item is not None]
+        in_force = frozenset(grant.grant_id for grant in self.store.grants_in_force(now))
+        if done or (self._grants_shown is not None and in_force != self._grants_shown):
+            self._finish(done)  # tells the devices, also of grants that ran out
         if done:
-            self._finish(done)
             log.info("expired %s", ", ".join(item.item_id for item in done))
         return done

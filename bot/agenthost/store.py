@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+from bot.agenthost.grants import Grant, Offer
 from bot.agenthost.items import Item, Kind, State
 from bot.agenthost.pairing import PairingSecret
 from bot.errors import IdentityError, StoreError
@@ -80,6 +81,20 @@ _MIGRATIONS: Final = (
         verdict TEXT NOT NULL,
         at INTEGER NOT NULL
     );
+    """,
+    """
+    CREATE TABLE grants (
+        grant_id TEXT PRIMARY KEY,
+        key TEXT NOT NULL,
+        label TEXT NOT NULL,
+        granted_by_json TEXT NOT NULL,
+        granted_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        uses INTEGER NOT NULL DEFAULT 0,
+        ended_at INTEGER,
+        item_id TEXT NOT NULL
+    );
+    CREATE INDEX grants_key ON grants (key, expires_at);
     """,
 )
 
@@ -302,6 +317,51 @@ class AgentStore:
         row = self._execute("SELECT MIN(expires_at) FROM items WHERE state = 'pending'").fetchone()
         return None if row[0] is None else int(row[0])
 
+    def item_offer(self, item_id: str) -> Offer | None:
+        """The grant an approval offered, if any (its key and label as stored)."""
+        row = self._execute("SELECT grant_key, grant_label FROM items WHERE item_id = ?",
+                            (item_id,)).fetchone()
+        if row is None or not row[0]:
+            return None
+        return Offer(row[0], row[1] or row[0])
+
+    # -- grants -----------------------------------------------------------------------
+
+    def add_grant(self, grant: Grant, item_id: str) -> None:
+        self._execute(
+            "INSERT INTO grants (grant_id, key, label, granted_by_json, granted_at, expires_at,"
+            " uses, item_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (grant.grant_id, grant.key, grant.label, json.dumps(dict(grant.granted_by)),
+             grant.granted_ms, grant.expires_ms, grant.uses, item_id),
+        )
+
+    def grants_in_force(self, now_ms: int) -> list[Grant]:
+        rows = self._execute(
+            f"SELECT {_GRANT_COLUMNS} FROM grants WHERE ended_at IS NULL AND expires_at > ?"
+            " ORDER BY granted_at", (now_ms,),
+        ).fetchall()
+        return [_grant(row) for row in rows]
+
+    def grant(self, grant_id: str) -> Grant | None:
+        row = self._execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE grant_id = ?",
+                            (grant_id,)).fetchone()
+        return None if row is None else _grant(row)
+
+    def end_grant(self, grant_id: str, now_ms: int) -> bool:
+        """Revoke a grant in force; False when it had ended already (or never was)."""
+        cursor = self._execute(
+            "UPDATE grants SET ended_at = ? WHERE grant_id = ? AND ended_at IS NULL"
+            " AND expires_at > ?", (now_ms, grant_id, now_ms))
+        return cursor.rowcount == 1
+
+    def count_use(self, grant_id: str) -> None:
+        self._execute("UPDATE grants SET uses = uses + 1 WHERE grant_id = ?", (grant_id,))
+
+    def next_grant_expiry(self, now_ms: int) -> int | None:
+        row = self._execute("SELECT MIN(expires_at) FROM grants WHERE ended_at IS NULL"
+                            " AND expires_at > ?", (now_ms,)).fetchone()
+        return None if row[0] is None else int(row[0])
+
     # -- decisions and answers received -----------------------------------------------
 
     def record_received(
@@ -373,6 +433,19 @@ def _item(row: tuple[Any, ...]) -> Item:
         decided_by=None if row[8] is None else json.loads(row[8]),
         answer=row[9],
         resolved_ms=None if row[10] is None else int(row[10]),
+    )
+
+
+_GRANT_COLUMNS: Final = (
+    "grant_id, key, label, granted_by_json, granted_at, expires_at, uses, ended_at"
+)
+
+
+def _grant(row: tuple[Any, ...]) -> Grant:
+    return Grant(
+        grant_id=row[0], key=row[1], label=row[2], granted_by=json.loads(row[3]),
+        granted_ms=int(row[4]), expires_ms=int(row[5]), uses=int(row[6]),
+        ended_ms=None if row[7] is None else int(row[7]),
     )
 
 

@@ -39,6 +39,14 @@ def register(sub: Any) -> None:
     unpair.add_argument("device", help="the device's id or name (see agent status)")
     unpair.set_defaults(handler=run_unpair)
 
+    grants = commands.add_parser(
+        "grants", help="the grants in force (id, label, granted by, expiry, uses); "
+                       "'grants revoke ID' ends one")
+    _state_option(grants)
+    grants.add_argument("action", nargs="?", choices=["revoke"], help="revoke a grant")
+    grants.add_argument("grant_id", nargs="?", metavar="ID", help="the grant to revoke")
+    grants.set_defaults(handler=run_grants)
+
 
 def _state_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -122,4 +130,29 @@ def run_unpair(args: argparse.Namespace) -> int:
         print(f"skald-telegram: {exc}", file=sys.stderr)
         return 1
     print(f"unpaired {device['name']} ({device['id']})")
+    return 0
+
+
+def run_grants(args: argparse.Namespace) -> int:
+    from skald_telegram.client import AgentClient, ClientError
+
+    if (args.action == "revoke") != (args.grant_id is not None):
+        print("skald-telegram: usage: skald-telegram agent grants [revoke ID]", file=sys.stderr)
+        return 2
+    try:
+        with AgentClient(args.state) as client:
+            if args.action == "revoke":
+                grant = client.revoke_grant(args.grant_id)
+                print(f"revoked {grant['grant_id']} ({grant['label']}); the paired devices "
+                      "are told")
+                return 0
+            grants = client.grants()
+    except ClientError as exc:
+        print(f"skald-telegram: {exc}", file=sys.stderr)
+        return 1
+    if not grants:
+        print("no grants in force")
+    for grant in grants:
+        print(f"{grant['grant_id']}  {grant['label']}  granted by {grant['granted_by']}  "
+              f"until {grant['expires_at']}  {grant['uses']} use(s)")
     return 0

@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "arguments)")
     parser.add_argument("--option", action="append", default=[], metavar="LABEL",
                         help="an answer to offer for --question (repeatable)")
+    parser.add_argument("--grant-key", metavar="KEY",
+                        help="offer a grant: the approver may also approve, for a while, "
+                             "later asks with the same key (they are approved at once)")
+    parser.add_argument("--grant-label", metavar="TEXT",
+                        help="what the approver is shown the grant covers")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="how long to wait for a decision (default: 600)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,6 +111,8 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
         raise UsageError("say what to ask: --tool NAME, --question TEXT or --item ID")
     if options.option:
         raise UsageError("--option goes with --question")
+    if options.grant_label and not options.grant_key:
+        raise UsageError("--grant-label goes with --grant-key")
     arguments: dict[str, Any] = {}
     if options.args_json:
         loaded = _json_argument(options.args_json, "--args-json", stdin=True)
@@ -124,7 +131,8 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("--blocks-json must be a JSON list of blocks (or an object with "
                              "'blocks')")
     return {"tool": options.tool, "summary": options.summary, "arguments": arguments,
-            "blocks": blocks}
+            "blocks": blocks, "grant_key": options.grant_key,
+            "grant_label": options.grant_label}
 
 
 def _json_argument(text: str, flag: str, *, stdin: bool) -> Any:
@@ -155,7 +163,8 @@ def _ask(client: AgentClient, options: argparse.Namespace,
             else:
                 item_id = client.submit_approval(
                     request["tool"], summary=request["summary"],
-                    arguments=request["arguments"], blocks=request["blocks"], timeout=timeout)
+                    arguments=request["arguments"], blocks=request["blocks"], timeout=timeout,
+                    grant_key=request["grant_key"], grant_label=request["grant_label"])
             outcome = client.wait(item_id, timeout + EXPIRY_GRACE_S)
         else:
             outcome = client.wait(item_id, options.timeout)
@@ -193,6 +202,8 @@ def _report(outcome: Outcome, options: argparse.Namespace) -> None:
         return
     if outcome.state == "answered":
         print(outcome.answer)
+    elif outcome.state == "approved" and outcome.reason:
+        print(outcome.reason)  # e.g. approved by Ada's grant (…, 12 min left)
     elif outcome.state in ("approved", "denied"):
         line = f"{outcome.state} by {_who(outcome.decided_by)}"
         print(f"{line}: {outcome.reason}" if outcome.reason else line)

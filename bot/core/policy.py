@@ -24,6 +24,10 @@ class Action(enum.Enum):
     DENY_WITH_REASON = "r"
     WITHDRAW = "w"
     ANSWER = "o"
+    APPROVE_GRANT = "g"
+    """Approve, and grant the calls under the approval's offered key for a while."""
+    REVOKE = "v"
+    """End a grant (the button's token is the grant's, not a card's)."""
 
 
 class Refusal(enum.Enum):
@@ -59,6 +63,8 @@ class ItemView:
     bound: bool
     """Whether the item's agent is still bound to the chat of the card."""
     options: tuple[str, ...] = ()
+    grant_minutes: int = 0
+    """How long a grant "Approve + …" gives here; 0 when the card offers none."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class Decided:
     decider: Voter
     voters: tuple[Voter, ...]
     reason: str | None = None
+    grant_minutes: int = 0
+    """Approved with a grant for this long (0: no grant)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,7 @@ class Answered:
 TapResult = Refused | Tallied | Decided | AskReason | Answered
 
 _APPROVAL_ACTIONS = frozenset({Action.APPROVE, Action.DENY, Action.DENY_WITH_REASON,
-                               Action.WITHDRAW})
+                               Action.WITHDRAW, Action.APPROVE_GRANT})
 
 
 def may_decide(user_id: int, approvers: frozenset[int]) -> bool:
@@ -135,6 +143,12 @@ def evaluate_tap(
         return Refused(Refusal.WRONG_BUTTON)
     standing = tuple(v for v in voters if may_decide(v.user_id, approvers))
     already = any(v.user_id == tapper.user_id for v in standing)
+    if action is Action.APPROVE_GRANT:
+        # Never with a quorum: one person must not widen what several guard.
+        if item.grant_minutes <= 0 or required > 1:
+            return Refused(Refusal.WRONG_BUTTON)
+        return Decided("approve", tapper, (*standing, tapper),
+                       grant_minutes=item.grant_minutes)
     if action is Action.APPROVE:
         if already:
             return Refused(Refusal.ALREADY_APPROVED)
@@ -149,6 +163,20 @@ def evaluate_tap(
     if action is Action.DENY_WITH_REASON and not text:
         return AskReason()
     return Decided("deny", tapper, standing, reason=text or None)
+
+
+def evaluate_revoke(
+    *, user_id: int, approvers: frozenset[int], bound: bool, status: str
+) -> Refusal | None:
+    """Whether an approver of the chat may revoke a grant with this ``status`` (see
+    :func:`bot.core.grants.grant_status`); None when they may."""
+    if not bound:
+        return Refusal.UNBOUND
+    if not may_decide(user_id, approvers):
+        return Refusal.NOT_APPROVER
+    if status == "active":
+        return None
+    return Refusal.CLOSED
 
 
 def _answer(action: Action, item: ItemView, option: int | None, text: str | None) -> TapResult:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from bot.clock import from_ms, maybe_from_ms
+from bot.core.grants import GrantedRow
 from bot.core.model import CardRow, ItemRow, Vote, parse_item
 from bot.protocol.payloads import Clarification
-from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
+from bot.render import CardStatus, GrantGiven, RenderedCard, Renderer, SecretsMode, Tap
 
 
 def card_status(
@@ -20,10 +21,12 @@ def card_status(
     chat_title: str,
     outcome_private: bool,
     bound: bool = True,
+    granted: GrantedRow | None = None,
 ) -> CardStatus:
     """The status a card shows; ``chat_title`` names the chat where the item was decided
     and ``outcome_private`` says whether that chat is a private one; ``bound`` whether the
-    item's agent is still bound to the card's chat."""
+    item's agent is still bound to the card's chat; ``granted`` the grant given with its
+    approval."""
     if item.state == "open" and not bound:
         return CardStatus(state="unbound")
     if item.state == "open":
@@ -49,6 +52,8 @@ def card_status(
         reason=reason,
         answer=answer,
         elsewhere=elsewhere,
+        grant=None if granted is None or item.state != "approved" else GrantGiven(
+            granted.label, granted.user_name, granted.minutes, from_ms(granted.until)),
     )
 
 

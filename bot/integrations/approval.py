@@ -50,15 +50,20 @@ async def ask_person(
     blocks: Sequence[Mapping[str, Any]],
     timeout: float,
     on_error: OnError = "deny",
+    grant_key: str | None = None,
+    grant_label: str | None = None,
 ) -> Verdict:
-    """Submit an approval, wait up to ``timeout`` seconds, and judge the outcome."""
+    """Submit an approval, wait up to ``timeout`` seconds, and judge the outcome. With a
+    ``grant_key`` the approval offers a grant, and a call a grant in force covers is
+    approved at once (the verdict's reason names the grant)."""
     try:
         client = connect()
     except Exception as exc:  # fail closed: whatever went wrong, the answer is not an allow
         return failure(one_line(exc), on_error)
     try:
         item_id = await client.submit_approval(
-            tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout
+            tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
+            grant_key=grant_key, grant_label=grant_label,
         )
         outcome = await _wait_or_withdraw(client, item_id, timeout)
     except Exception as exc:  # fail closed, as above
@@ -84,6 +89,8 @@ async def ask_question(
 
 def verdict_of(outcome: Outcome, timeout: float, on_error: OnError) -> Verdict:
     who = who_decided(outcome)
+    if outcome.state == "approved" and outcome.reason:
+        return Verdict("allow", outcome.reason)  # approved by Ada's grant (…, 12 min left)
     if outcome.state == "approved":
         return Verdict("allow", f"approved{who} in Telegram")
     if outcome.state == "denied":

@@ -25,6 +25,8 @@ class HookEvent:
     name: str
     """The agent's ``hook_event_name``."""
     call: ToolCall
+    session: str | None = None
+    """The agent's session id, when it sends one (grants are kept per session)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def tool_event(
         mcp_server=server,
         mcp_tool=mcp_tool,
     )
-    return HookEvent(name, call)
+    return HookEvent(name, call, optional_text(data, "session_id"))
 
 
 def as_json(value: Mapping[str, Any]) -> str:

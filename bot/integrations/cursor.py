@@ -41,7 +41,7 @@ class Cursor:
             arguments = object_field(data, "tool_input")
             server, mcp_tool = _mcp_names(tool, data, name == "beforeMCPExecution")
             call = ToolCall(self.agent, tool, arguments, cwd, server, mcp_tool)
-        return HookEvent(name, call)
+        return HookEvent(name, call, optional_text(data, "conversation_id"))
 
     def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
         return HookAnswer(as_json({

@@ -326,3 +326,19 @@ def _walk(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
                 yield from _walk(item, path)
             else:
                 yield path, item
+
+
+def call_target(call: ToolCall) -> tuple[str, str] | None:
+    """What a call acts on, for the grants it may be covered by: ``("shell", command)``
+    for a shell command, ``("edit", path)`` for a write or edit of one file (the path made
+    absolute with the call's ``cwd``); None for anything else."""
+    kind = call.tool.lower()
+    if call.mcp_server is None and kind in _SHELL:
+        raw = call.arguments.get("command")
+        if isinstance(raw, str):
+            return "shell", raw
+        if isinstance(raw, list):
+            return "shell", " ".join(str(part) for part in raw)
+    if call.mcp_server is None and kind in _WRITE | _EDIT and _path(call) is not None:
+        return "edit", _resolved(call)
+    return None

@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 from bot.errors import SkaldError
 from bot.integrations.approval import Connect, ask_person, one_line
 from bot.integrations.describe import ToolCall, describe
+from bot.integrations.grants import gateway_scope
 from bot.integrations.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,11 @@ class Gateway:
             call = ToolCall("An MCP client", name, arguments, mcp_server=self.server_name,
                             mcp_tool=name, tool_description=await self.description(name))
             description = describe(call, lambda _: None)
+            scope = gateway_scope(self.server_name, name)
             verdict = await ask_person(
                 self.connect, tool=name, summary=description.summary, arguments=arguments,
-                blocks=description.blocks, timeout=self.timeout,
+                blocks=description.blocks, timeout=self.timeout, grant_key=scope.key,
+                grant_label=scope.label,
             )
             if verdict.decision != "allow":
                 return _error(f"{verdict.reason}; {name} was not called")

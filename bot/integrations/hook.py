@@ -12,6 +12,7 @@ from bot.integrations import claude_code, codex, cursor, gemini
 from bot.integrations.approval import Connect, OnError, ask_person, failure
 from bot.integrations.contract import HookAnswer, HookContract, HookInputError
 from bot.integrations.describe import FileReader, describe
+from bot.integrations.grants import hook_scope
 
 CONTRACTS: Final[Mapping[str, HookContract]] = {
     "claude-code": claude_code.CONTRACT,
@@ -46,6 +47,7 @@ async def run_hook(
     except (ValueError, HookInputError) as exc:
         return contract.answer(event_name, failure(f"unreadable hook input: {exc}", on_error))
     description = describe(event.call, read or read_text_file)
+    scope = hook_scope(event.call, event.session)
     verdict = await ask_person(
         connect,
         tool=event.call.tool,
@@ -54,6 +56,8 @@ async def run_hook(
         blocks=description.blocks,
         timeout=timeout,
         on_error=on_error,
+        grant_key=scope.key if scope else None,
+        grant_label=scope.label if scope else None,
     )
     return contract.answer(event.name, verdict)
 

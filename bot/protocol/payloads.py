@@ -38,6 +38,18 @@ MAX_PAYLOAD_BYTES = 1 << 20
 
 PAYLOAD_VERSION = 1
 
+MAX_GRANT_KEY_CHARS = 200
+"""A grant key is opaque to the client and at most this long (§3.1)."""
+MAX_GRANT_TEXT_CHARS = 500
+"""A grant's label, an id, or an activity entry's tool: longer is refused."""
+MAX_ACTIVITY_SUMMARY_CHARS = 2000
+"""An activity entry's summary: longer is refused."""
+MAX_GRANT_MINUTES = 7 * 24 * 60
+"""The longest grant an offer may propose (a week); longer offers are refused."""
+MAX_GRANTS = 100
+"""Grants in force listed in one inbox_update: more refuse the update."""
+MAX_ACTIVITY_ENTRIES = 100
+"""Entries in one activity payload (§3.7): more refuse the payload."""
 MAX_INT = 2**63 - 1
 """The largest integer a payload may carry: every one of them may reach SQLite, whose
 integers are signed 64-bit."""
@@ -61,6 +73,16 @@ class Block:
 
 
 @dataclass(frozen=True)
+class GrantOffer:
+    """An approval's offer (§3.1): with this call, the calls under ``key`` may be approved
+    for up to ``max_minutes``. ``key`` is opaque to the client."""
+
+    key: str
+    label: str
+    max_minutes: int
+
+
+@dataclass(frozen=True)
 class Approval:
     """A tool call waiting for a human's approve/deny (seed §1)."""
 
@@ -73,6 +95,7 @@ class Approval:
     """The raw arguments as received; ``None`` when absent (digest of ``null``)."""
     created_at: datetime | None = None
     expires_at: datetime | None = None
+    grant_offer: GrantOffer | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,8 @@ class InboxUpdate:
     approvals: tuple[Approval, ...] = ()
     clarifications: tuple[Clarification, ...] = ()
     resolved: tuple[ResolvedItem, ...] = ()
+    grants: tuple[Grant, ...] = ()
+    """The grants now in force (§3.1); empty when absent."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +153,28 @@ class Person:
 
 
 @dataclass(frozen=True)
+class Grant:
+    """A grant in force as the agent lists it in ``inbox_update.grants`` (§3.1)."""
+
+    id: str
+    key: str
+    label: str
+    granted_by: Person
+    granted_at: datetime | None
+    expires_at: datetime | None
+    uses: int = 0
+
+
+@dataclass(frozen=True)
+class GrantRequest:
+    """An approve decision's ``grant`` (§3.3): also approve the calls under ``key`` for
+    ``minutes``."""
+
+    key: str
+    minutes: int
+
+
+@dataclass(frozen=True)
 class ApprovalDecision:
     """A human's approve/deny of one approval (§3.3); ``decision_id`` is the idempotency key."""
 
@@ -138,6 +185,35 @@ class ApprovalDecision:
     decided_by: Person
     decided_at: str  # RFC 3339, e.g. "2026-11-29T10:03:12Z"
     args_sha256: str  # b64u SHA-256 of the canonical JSON arguments
+    grant: GrantRequest | None = None
+    """Only on an approve, and only for an approval that offered a grant."""
+
+
+@dataclass(frozen=True)
+class GrantRevoke:
+    """End a grant at once (§3.6); revoking an unknown or ended grant is harmless."""
+
+    grant_id: str
+    revoked_by: Person
+    revoked_at: str  # RFC 3339
+
+
+@dataclass(frozen=True)
+class ActivityEntry:
+    """One call the agent ran without asking because a grant covered it (§3.7)."""
+
+    id: str
+    tool: str
+    summary: str
+    grant_id: str | None
+    at: datetime | None
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Calls run under grants (§3.7); ``id`` of each entry is its dedup key."""
+
+    entries: tuple[ActivityEntry, ...]
 
 
 @dataclass(frozen=True)
@@ -212,6 +288,8 @@ Payload: TypeAlias = (
     | InboxRequest
     | PairRequest
     | PairAccept
+    | GrantRevoke
+    | Activity
     | PairReject
     | UnknownPayload
 )
@@ -266,12 +344,20 @@ def parse_inbox_update(body: object) -> InboxUpdate:
                                   "clarifications")
     _refuse_duplicate_ids(approvals, clarifications)
     resolved = _parse_items(_parse_resolved, _list(obj, "resolved", "inbox_update"), "resolved")
+    raw_grants = _list(obj, "grants", "inbox_update")
+    if len(raw_grants) > MAX_GRANTS:
+        raise PayloadError(
+            f"inbox_update lists {len(raw_grants)} grants; at most {MAX_GRANTS} allowed")
+    grants = _parse_items(_parse_grant, raw_grants, "grants")
+    if len({grant.id for grant in grants}) != len(grants):
+        raise PayloadError("inbox_update grants: duplicate grant id")
     return InboxUpdate(
         rev=rev,
         agent_name=agent_name,
         approvals=approvals,
         clarifications=clarifications,
         resolved=resolved,
+        grants=grants,
     )
 
 
@@ -325,6 +411,37 @@ def parse_approval(obj: object) -> Approval:
         arguments=item.get("arguments"),
         created_at=parse_rfc3339(item.get("created_at")),
         expires_at=parse_rfc3339(item.get("expires_at")),
+        grant_offer=_parse_grant_offer(item.get("grant_offer")),
+    )
+
+
+def _parse_grant_offer(value: JSON) -> GrantOffer | None:
+    """An approval's ``grant_offer``; absent or null is none, anything malformed refused."""
+    if value is None:
+        return None
+    where = "approval grant_offer"
+    offer = _object(value, where)
+    max_minutes = _int(offer, "max_minutes", where)
+    if not 1 <= max_minutes <= MAX_GRANT_MINUTES:
+        raise PayloadError(f"{where}: max_minutes must be 1 to {MAX_GRANT_MINUTES}")
+    return GrantOffer(
+        key=_bounded_str(offer, "key", where, MAX_GRANT_KEY_CHARS),
+        label=_bounded_str(offer, "label", where, MAX_GRANT_TEXT_CHARS),
+        max_minutes=max_minutes,
+    )
+
+
+def _parse_grant(obj: object) -> Grant:
+    where = "grant"
+    grant = _object(obj, where)
+    return Grant(
+        id=_bounded_str(grant, "id", where, MAX_GRANT_TEXT_CHARS),
+        key=_bounded_str(grant, "key", where, MAX_GRANT_KEY_CHARS),
+        label=_bounded_str(grant, "label", where, MAX_GRANT_TEXT_CHARS),
+        granted_by=_parse_person(grant, "granted_by", where),
+        granted_at=parse_rfc3339(grant.get("granted_at")),
+        expires_at=parse_rfc3339(grant.get("expires_at")),
+        uses=_optional_int(grant, "uses", where) or 0,
     )
 
 
@@ -475,7 +592,58 @@ def _parse_approval_decision(body: object) -> ApprovalDecision:
         decided_by=_parse_person(obj, "decided_by", where),
         decided_at=_str(obj, "decided_at", where),
         args_sha256=_str(obj, "args_sha256", where),
+        grant=_parse_grant_request(obj.get("grant"), decision),
     )
+
+
+def _parse_grant_request(value: JSON, decision: str) -> GrantRequest | None:
+    if value is None:
+        return None
+    where = "approval_decision grant"
+    if decision != "approve":
+        raise PayloadError(f"{where}: a deny never carries a grant")
+    grant = _object(value, where)
+    minutes = _int(grant, "minutes", where)
+    if not 1 <= minutes <= MAX_GRANT_MINUTES:
+        raise PayloadError(f"{where}: minutes must be 1 to {MAX_GRANT_MINUTES}")
+    return GrantRequest(key=_bounded_str(grant, "key", where, MAX_GRANT_KEY_CHARS),
+                        minutes=minutes)
+
+
+def _parse_grant_revoke(body: object) -> GrantRevoke:
+    where = "grant_revoke"
+    obj = _object(body, where)
+    return GrantRevoke(
+        grant_id=_bounded_str(obj, "grant_id", where, MAX_GRANT_TEXT_CHARS),
+        revoked_by=_parse_person(obj, "revoked_by", where),
+        revoked_at=_str(obj, "revoked_at", where),
+    )
+
+
+def _parse_activity(body: object) -> Activity:
+    """An ``activity`` batch (§3.7): at most :data:`MAX_ACTIVITY_ENTRIES` well-formed
+    entries with distinct ids, or the whole batch is refused."""
+    obj = _object(body, "activity")
+    raw = _list(obj, "entries", "activity")
+    if len(raw) > MAX_ACTIVITY_ENTRIES:
+        raise PayloadError(
+            f"activity has {len(raw)} entries; at most {MAX_ACTIVITY_ENTRIES} allowed")
+    entries: list[ActivityEntry] = []
+    for index, value in enumerate(raw):
+        where = f"activity entries[{index}]"
+        entry = _object(value, where)
+        grant_id = entry.get("grant_id")
+        entries.append(ActivityEntry(
+            id=_bounded_str(entry, "id", where, MAX_GRANT_TEXT_CHARS),
+            tool=_bounded_str(entry, "tool", where, MAX_GRANT_TEXT_CHARS),
+            summary=_bounded_str(entry, "summary", where, MAX_ACTIVITY_SUMMARY_CHARS),
+            grant_id=None if grant_id is None
+            else _bounded_str(entry, "grant_id", where, MAX_GRANT_TEXT_CHARS),
+            at=parse_rfc3339(entry.get("at")),
+        ))
+    if len({entry.id for entry in entries}) != len(entries):
+        raise PayloadError("activity: duplicate entry id")
+    return Activity(tuple(entries))
 
 
 def _parse_clarification_answer(body: object) -> ClarificationAnswer:
@@ -536,6 +704,8 @@ _PARSERS: dict[str, Callable[[object], Payload]] = {
     "inbox_request": _parse_inbox_request,
     "pair_request": _parse_pair_request,
     "pair_accept": _parse_pair_accept,
+    "grant_revoke": _parse_grant_revoke,
+    "activity": _parse_activity,
     "pair_reject": _parse_pair_reject,
 }
 
@@ -550,6 +720,13 @@ def _str(obj: dict[str, JSON], name: str, where: str) -> str:
     value = obj.get(name)
     if not isinstance(value, str):
         raise PayloadError(f"{where}: {name} must be a string")
+    return value
+
+
+def _bounded_str(obj: dict[str, JSON], name: str, where: str, limit: int) -> str:
+    value = _str(obj, name, where)
+    if len(value) > limit:
+        raise PayloadError(f"{where}: {name} is longer than {limit} characters")
     return value
 
 
@@ -608,6 +785,8 @@ def _encode_body(payload: Payload) -> tuple[str, JSON]:
                 "approvals": [_encode_approval(a) for a in payload.approvals],
                 "clarifications": [_encode_clarification(c) for c in payload.clarifications],
                 "resolved": [_encode_resolved(r) for r in payload.resolved],
+                **({"grants": [_encode_grant(g) for g in payload.grants]}
+                   if payload.grants else {}),
             }
         case Notification():
             return "notification", {
@@ -617,7 +796,7 @@ def _encode_body(payload: Payload) -> tuple[str, JSON]:
                 "body": payload.body,
             }
         case ApprovalDecision():
-            return "approval_decision", {
+            decision: dict[str, JSON] = {
                 "decision_id": payload.decision_id,
                 "approval_id": payload.approval_id,
                 "decision": payload.decision,
@@ -626,6 +805,17 @@ def _encode_body(payload: Payload) -> tuple[str, JSON]:
                 "decided_at": payload.decided_at,
                 "args_sha256": payload.args_sha256,
             }
+            if payload.grant is not None:
+                decision["grant"] = {"key": payload.grant.key, "minutes": payload.grant.minutes}
+            return "approval_decision", decision
+        case GrantRevoke():
+            return "grant_revoke", {
+                "grant_id": payload.grant_id,
+                "revoked_by": _encode_person(payload.revoked_by),
+                "revoked_at": payload.revoked_at,
+            }
+        case Activity():
+            return "activity", {"entries": [_encode_activity_entry(e) for e in payload.entries]}
         case ClarificationAnswer():
             return "clarification_answer", {
                 "answer_id": payload.answer_id,
@@ -682,6 +872,25 @@ def _encode_approval(approval: Approval) -> dict[str, JSON]:
         }
     _put_time(obj, "created_at", approval.created_at)
     _put_time(obj, "expires_at", approval.expires_at)
+    if approval.grant_offer is not None:
+        offer = approval.grant_offer
+        obj["grant_offer"] = {"key": offer.key, "label": offer.label,
+                              "max_minutes": offer.max_minutes}
+    return obj
+
+
+def _encode_grant(grant: Grant) -> dict[str, JSON]:
+    obj: dict[str, JSON] = {"id": grant.id, "key": grant.key, "label": grant.label,
+                            "granted_by": _encode_person(grant.granted_by), "uses": grant.uses}
+    _put_time(obj, "granted_at", grant.granted_at)
+    _put_time(obj, "expires_at", grant.expires_at)
+    return obj
+
+
+def _encode_activity_entry(entry: ActivityEntry) -> dict[str, JSON]:
+    obj: dict[str, JSON] = {"id": entry.id, "tool": entry.tool, "summary": entry.summary,
+                            "grant_id": entry.grant_id}
+    _put_time(obj, "at", entry.at)
     return obj
 
 

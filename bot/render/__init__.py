@@ -1,6 +1,14 @@
 """Rendering: approvals and questions as Telegram HTML cards, through Jinja templates."""
 
-from bot.render.renderer import Attachment, CardStatus, RenderedCard, Renderer, Tap
+from bot.render.renderer import (
+    Attachment,
+    CardStatus,
+    GrantGiven,
+    RenderedCard,
+    Renderer,
+    Tap,
+)
 from bot.render.values import SecretsMode
 
-__all__ = ["Attachment", "CardStatus", "RenderedCard", "Renderer", "SecretsMode", "Tap"]
+__all__ = ["Attachment", "CardStatus", "GrantGiven", "RenderedCard", "Renderer", "SecretsMode",
+           "Tap"]

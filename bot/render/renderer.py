@@ -79,6 +79,16 @@ class Tap:
 
 
 @dataclass(frozen=True)
+class GrantGiven:
+    """A grant given with an approval: what (the offer's label), by whom, for how long."""
+
+    label: str
+    by: str
+    minutes: int
+    until: datetime
+
+
+@dataclass(frozen=True)
 class CardStatus:
     """Where an item stands; decided states add bold status lines under the card body."""
 
@@ -95,6 +105,8 @@ class CardStatus:
     approvals: tuple[Tap, ...] = ()
     """The quorum tally so far."""
     required: int = 1
+    grant: GrantGiven | None = None
+    """The grant given with the approval, if any."""
 
 
 @dataclass(frozen=True)
@@ -338,8 +350,13 @@ def _shown_status(status: CardStatus, mask: Masker, zone: str | None) -> CardSta
         Tap(shown(tap.name, _TAP_NAME_ROOM) or "?", in_zone(tap.at, zone))
         for tap in status.approvals[:_MAX_TAPS_SHOWN]
     )
+    grant = status.grant
+    if grant is not None:
+        grant = replace(grant, label=shown(grant.label, _REASON_ROOM) or "?",
+                        by=shown(grant.by) or "?", until=in_zone(grant.until, zone))
     return replace(
         status,
+        grant=grant,
         at=in_zone(status.at, zone) if status.at is not None else None,
         by=shown(status.by),
         reason=shown(status.reason, _REASON_ROOM),

@@ -19,6 +19,7 @@ from bot.store.audit import Audit, AuditView
 from bot.store.cards import Cards, CardsView
 from bot.store.chats import Chats, ChatsView
 from bot.store.db import SCHEMA_VERSION, Database, is_store_failure
+from bot.store.grants import Grants, GrantsView
 from bot.store.items import Items, ItemsView
 from bot.store.outbox import Outbox, OutboxView
 from bot.store.updates import Updates
@@ -36,6 +37,7 @@ class StoreView:
     outbox: OutboxView
     audit: AuditView
     chats: ChatsView
+    grants: GrantsView
 
 
 class Store:
@@ -49,6 +51,7 @@ class Store:
         self.outbox = Outbox(db)
         self.audit = Audit(db)
         self.chats = Chats(db)
+        self.grants = Grants(db)
         self.updates = Updates(db)
 
     @classmethod
@@ -72,4 +75,4 @@ class Store:
 
     def view(self) -> StoreView:
         return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
-                         self.chats)
+                         self.chats, self.grants)

@@ -8,7 +8,7 @@ from typing import cast
 from bot.core.model import ChatKind
 from bot.store.db import Database
 
-_MOVED_WITH_A_CHAT = ("bindings", "cards", "prompts", "chat_admins")
+_MOVED_WITH_A_CHAT = ("bindings", "cards", "prompts", "chat_admins", "notes", "granted")
 
 
 class ChatsView:

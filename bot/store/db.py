@@ -173,6 +173,59 @@ CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+CREATE TABLE IF NOT EXISTS grants (
+    agent_id TEXT NOT NULL,
+    grant_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    label TEXT NOT NULL,
+    granted_by TEXT NOT NULL,
+    granted_at INTEGER,
+    expires_at INTEGER,
+    uses INTEGER NOT NULL DEFAULT 0,
+    token TEXT NOT NULL UNIQUE,
+    state TEXT NOT NULL DEFAULT 'active',
+    revoke_by TEXT,
+    revoke_at INTEGER,
+    ended_at INTEGER,
+    PRIMARY KEY (agent_id, grant_id)
+);
+CREATE TABLE IF NOT EXISTS granted (
+    agent_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    minutes INTEGER NOT NULL,
+    until INTEGER NOT NULL,
+    user_name TEXT NOT NULL,
+    PRIMARY KEY (agent_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS activity (
+    agent_id TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    grant_id TEXT,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, entry_id)
+);
+CREATE TABLE IF NOT EXISTS notes (
+    note_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    topic_id INTEGER,
+    message_id INTEGER,
+    opened_at INTEGER NOT NULL,
+    dirty INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS notes_chat ON notes (chat_id, kind, opened_at);
+CREATE TABLE IF NOT EXISTS note_lines (
+    note_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    agent_id TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    PRIMARY KEY (note_id, seq)
+);
+CREATE INDEX IF NOT EXISTS note_lines_ref ON note_lines (agent_id, ref);
 """
 
 

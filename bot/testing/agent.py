@@ -31,6 +31,7 @@ from bot.protocol.pairing import (
 from bot.protocol.payloads import (
     ApprovalDecision,
     ClarificationAnswer,
+    GrantRevoke,
     InboxRequest,
     PairRequest,
     Payload,
@@ -71,6 +72,9 @@ class Agent:
         """Why envelopes, pairings, decisions or answers were refused, one line each."""
         self.received: list[Payload] = []
         """Every payload accepted, in order (including ones the agent only ignores)."""
+        self.revokes: list[GrantRevoke] = []
+        self._grants: dict[str, dict[str, object]] = {}
+        self._grant_ends: dict[str, int] = {}
         self._clock = clock
         self._rev = clock.now_ms()
         self._approvals: dict[str, dict[str, object]] = {}
@@ -150,7 +154,66 @@ class Agent:
             "approvals": list(self._approvals.values()),
             "clarifications": list(self._clarifications.values()),
             "resolved": list(self._resolved),
+            "grants": self.grants_in_force(),
         }
+
+    # -- grants ------------------------------------------------------------------------
+
+    def grants_in_force(self) -> list[dict[str, object]]:
+        """The grants given with approvals that have neither expired nor been revoked."""
+        now = self._clock.now_ms()
+        return [dict(grant) for grant_id, grant in self._grants.items()
+                if self._grant_ends[grant_id] > now]
+
+    def run_covered(self, key: str, tool: str, summary: str) -> str | None:
+        """A call under ``key``: when a grant in force covers it, count the use, tell every
+        device in an ``activity`` entry and return the grant's id; else None (ask)."""
+        now = self._clock.now_ms()
+        for grant_id, grant in self._grants.items():
+            if grant["key"] == key and self._grant_ends[grant_id] > now:
+                grant["uses"] = int(str(grant["uses"])) + 1
+                entry: dict[str, object] = {
+                    "id": f"act_{os.urandom(6).hex()}", "tool": tool, "summary": summary,
+                    "grant_id": grant_id, "at": self._now_text()}
+                self.send_activity([entry])
+                return grant_id
+        return None
+
+    def send_activity(self, entries: list[dict[str, object]]) -> None:
+        for device_id in self.peers:
+            self.send_raw(device_id, "activity", {"entries": entries})
+
+    def push_inbox(self) -> None:
+        """Send the current inbox to every device (e.g. after a grant expired)."""
+        self._changed_inbox()
+
+    def _grant(self, approval: dict[str, object], decision: ApprovalDecision) -> None:
+        """Apply a decision's grant if it names the key offered for that approval."""
+        requested = decision.grant
+        if requested is None:
+            return
+        offer = approval.get("grant_offer")
+        if not isinstance(offer, dict) or offer.get("key") != requested.key:
+            self._refuse(f"decision {decision.decision_id}: grant for a key not offered")
+            return
+        minutes = min(requested.minutes, int(offer.get("max_minutes", 0)))
+        grant_id = f"gr_{len(self._grants) + 1}"
+        now = self._clock.now_ms()
+        self._grant_ends[grant_id] = now + minutes * 60_000
+        self._grants[grant_id] = {
+            "id": grant_id, "key": requested.key, "label": offer.get("label", requested.key),
+            "granted_by": {"name": decision.decided_by.name,
+                           "telegram_user_id": decision.decided_by.telegram_user_id},
+            "granted_at": self._now_text(),
+            "expires_at": format_rfc3339(from_ms(self._grant_ends[grant_id])),
+            "uses": 0,
+        }
+
+    def _revoke(self, revoke: GrantRevoke) -> None:
+        self.revokes.append(revoke)
+        if self._grants.pop(revoke.grant_id, None) is not None:
+            self._grant_ends.pop(revoke.grant_id, None)
+        self._changed_inbox()
 
     def submit_approval(self, approval: dict[str, object]) -> None:
         """Add an approval (a raw wire dict) and push the inbox to every device."""
@@ -240,6 +303,8 @@ class Agent:
             self._decide(opened.sender.id, payload)
         elif isinstance(payload, ClarificationAnswer):
             self._answer(opened.sender.id, payload)
+        elif isinstance(payload, GrantRevoke):
+            self._revoke(payload)
         else:
             log.debug("agent %s ignored a %s", self.identity.id, type(payload).__name__)
 
@@ -291,6 +356,7 @@ class Agent:
             return
         self._seen_ids.add(decision.decision_id)
         self.decisions.append(decision)
+        self._grant(approval, decision)
         outcome = "approved" if decision.decision == "approve" else "denied"
         self.resolve(decision.approval_id, outcome, by=decision.decided_by.name)
 

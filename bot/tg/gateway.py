@@ -74,8 +74,10 @@ class Gateway:
         reply_to: int | None = None,
         force_reply: bool = False,
         placeholder: str | None = None,
+        quiet: bool = False,
     ) -> int:
-        """Send an HTML message (plain-text fallback on a parse error); its message id."""
+        """Send an HTML message (plain-text fallback on a parse error); its message id.
+        A ``quiet`` one arrives without a notification sound."""
         reply_markup: InlineKeyboardMarkup | ForceReply | None = None
         if force_reply:
             reply_markup = ForceReply(selective=True, input_field_placeholder=placeholder)
@@ -90,6 +92,7 @@ class Gateway:
                 reply_markup=reply_markup,
                 message_thread_id=topic_id,
                 reply_parameters=_reply_to(reply_to),
+                disable_notification=quiet or None,
             )
 
         message = await self._with_fallback(chat_id, html, plain, attempt)

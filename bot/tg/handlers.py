@@ -88,6 +88,7 @@ class Handlers:
             ("unpair", self.unpair, True),
             ("status", self.status, True),
             ("history", self.history, True),
+            ("grants", self.grants, True),
         ]
         for name, callback, block in commands:
             application.add_handler(CommandHandler(name, self._guarded(callback), block=block))
@@ -166,6 +167,9 @@ class Handlers:
             await self._answer_query(query, self._renderer.text("alert_outdated"), alert=True)
             return
         chat = message.chat
+        if parsed.action is Action.REVOKE:
+            await self._revoke(query, parsed.token, chat.id, tapper)
+            return
         # Cached approvers (the query must be answered within seconds), but a list past its
         # grace period is checked for the tapper and for whoever already voted on the card.
         policy = self._approvers.policy(chat.id)
@@ -188,6 +192,22 @@ class Handlers:
                  _result_name(report))
         if isinstance(report.result, AskReason) and report.card is not None:
             await self._ask_reason(chat, report.card, query.from_user)
+
+    async def _revoke(self, query: CallbackQuery, token: str, chat_id: int,
+                      tapper: Person) -> None:
+        report = self._bridge.revoke_grant(
+            token, chat_id=chat_id, tapper=tapper,
+            approvers=await self._approvers.of(chat_id, wait=False),
+        )
+        self._apply(report.changes)
+        text = self._renderer.text(
+            "alert_revoke", reason=report.refusal.value if report.refusal else None,
+            label=report.grant.label if report.grant else "",
+            approvers=self._approvers.cached_names(chat_id),
+        )
+        await self._answer_query(query, text, alert=report.refusal is not None)
+        log.info("revoke tap by user %s in chat %s: %s", tapper.telegram_user_id, chat_id,
+                 report.refusal.value if report.refusal else "sent")
 
     async def _answer_query(self, query: CallbackQuery, text: str, *, alert: bool) -> None:
         try:
@@ -417,6 +437,14 @@ class Handlers:
             for row in rows
         ]
         await self._reply(message, "history", entries=entries, count=count)
+
+    async def grants(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """The grants in force for the agents bound here, each with a Revoke button."""
+        message, chat = update.effective_message, update.effective_chat
+        if message is None or chat is None:
+            return
+        topic = message.message_thread_id if message.is_topic_message else None
+        self._apply(self._bridge.list_grants(chat.id, topic))
 
     def _item_summary(self, agent_id: str | None, item_id: str | None) -> str:
         if agent_id is None or item_id is None:

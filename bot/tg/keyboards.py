@@ -17,6 +17,7 @@ CALLBACK_VERSION = "1"
 MAX_CALLBACK_BYTES = 64
 MAX_OPTION_BUTTONS = 24
 MAX_OPTION_LABEL = 40
+MAX_GRANT_LABEL = 48
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,16 @@ def parse_callback_data(data: object) -> ButtonPress | None:
 
 
 def keyboard(
-    item: ItemRow, card: CardRow, *, votes: list[Vote], required: int, bound: bool = True
+    item: ItemRow,
+    card: CardRow,
+    *,
+    votes: list[Vote],
+    required: int,
+    bound: bool = True,
+    grant: tuple[str, int] | None = None,
 ) -> Keyboard:
-    """The buttons a card carries now; none once the item is closed or unbound here."""
+    """The buttons a card carries now; none once the item is closed or unbound here.
+    ``grant`` (label, minutes) adds "Approve + {label} for {minutes} min"."""
     if item.state != "open" or not bound:
         return ()
     if item.kind == "clarification":
@@ -84,12 +92,25 @@ def keyboard(
         ),
         (Button("✍️ Deny with reason", callback_data(card.token, Action.DENY_WITH_REASON)),),
     ]
+    if grant is not None and required <= 1:
+        label, minutes = grant
+        rows.insert(1, (Button(f"✅ Approve + {_label(label, MAX_GRANT_LABEL)} for {minutes} min",
+                               callback_data(card.token, Action.APPROVE_GRANT)),))
     if required > 1 and votes:
         rows.append((Button("↩️ Withdraw my approval", callback_data(card.token,
                                                                     Action.WITHDRAW)),))
     return tuple(rows)
 
 
-def _label(option: str) -> str:
-    text = " ".join(option.split())
-    return text if len(text) <= MAX_OPTION_LABEL else text[: MAX_OPTION_LABEL - 1] + "…"
+def revoke_keyboard(grants: list[tuple[str, str]]) -> Keyboard:
+    """One "Revoke" button per grant in force, from (grant token, label)."""
+    return tuple(
+        (Button(f"⛔ Revoke {_label(label, MAX_GRANT_LABEL)}",
+                callback_data(token, Action.REVOKE), "danger"),)
+        for token, label in grants
+    )
+
+
+def _label(option: str, limit: int = MAX_OPTION_LABEL) -> str:
+    text = " ".join(option.replace("`", "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Callable
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
 from bot.config import Config
-from bot.core.model import CardRow
+from bot.core.model import CardRow, parse_item
 from bot.core.status import card_status, render_card
 from bot.errors import ChatMoved, ChatUnavailable, MessageGone, SkaldError, Throttled
+from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import keyboard
@@ -202,6 +203,7 @@ class CardWorker:
             chat_title=view.chats.title(outcome_chat),
             outcome_private=view.chats.kind(outcome_chat) == "private",
             bound=bound,
+            granted=view.grants.granted(card.agent_id, card.item_id),
         )
         peer = view.agents.peer(card.agent_id)
         render = functools.partial(
@@ -226,8 +228,13 @@ class CardWorker:
             rendered, attachment = await asyncio.to_thread(draw)
         else:
             rendered, attachment = draw()
+
+        parsed = parse_item(item)
+        minutes = self._bridge.grant_minutes(parsed, card.chat_id)
+        offer = parsed.grant_offer if isinstance(parsed, Approval) else None
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
-                           bound=bound)
+                           bound=bound,
+                           grant=(offer.label, minutes) if offer and minutes else None)
         message_id = card.message_id
         if message_id is None:
             async with self._paced(card.chat_id):

@@ -1,0 +1,206 @@
+"""The agent host's grants, in process with an injected clock: what an approval offers,
+a decision's grant kept or refused, covered calls approved at once with an activity entry,
+revoke, expiry and a restart. Devices are real identities whose envelopes the host opens;
+what the host sends them is read back from its outbox and opened as a device would."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.agenthost.service import AgentHost, Refusal
+from bot.agenthost.store import AgentStore
+from bot.clock import Clock as SystemClock
+from bot.protocol.encoding import args_sha256
+from bot.protocol.envelope import open_envelope, seal
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import (
+    Activity,
+    ApprovalDecision,
+    GrantRequest,
+    GrantRevoke,
+    InboxUpdate,
+    Payload,
+    Person,
+    encode_payload,
+)
+from bot.testing.replay import MemoryReplayGuard
+
+RELAY = "ws://127.0.0.1:9/v1/connect"
+T0 = 1_800_000_000_000
+ADA = Person("Ada Lovelace", 4242, "ada")
+KEY = "Claude Code|s1|shell|git status"
+LABEL = "`git status` in this session"
+
+
+class Clock(SystemClock):
+    """A wall clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def time(self) -> float:
+        return self.now / 1000
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def advance(self, minutes: float) -> None:
+        self.now += int(minutes * 60_000)
+
+
+class Phone:
+    """A paired device: seals decisions to the host and opens what the host sent it."""
+
+    def __init__(self, host: AgentHost, identity: Identity, clock: Clock) -> None:
+        self.host, self.identity, self.clock = host, identity, clock
+        self.replay = MemoryReplayGuard()
+        self.seen: set[str] = set()
+
+    async def send(self, payload: Payload) -> None:
+        envelope = seal(encode_payload(payload), sender=self.identity,
+                        recipient=self.host.identity.card, ts_ms=self.clock())
+        await self.host._on_envelope(envelope.to_json())
+
+    def received(self) -> list[Payload]:
+        """Payloads the host queued for this device since the last call."""
+        found = []
+        for raw in self.host.store.outbox_pending(RELAY):
+            if raw["to"] != self.identity.id or raw["id"] in self.seen:
+                continue
+            self.seen.add(str(raw["id"]))
+            opened = open_envelope(raw, me=self.identity,
+                                   peers={self.host.identity.id: self.host.identity.card},
+                                   now_ms=self.clock(), replay=self.replay)
+            found.append(opened.payload)
+        return found
+
+    def last_update(self) -> InboxUpdate:
+        updates = [p for p in self.received() if isinstance(p, InboxUpdate)]
+        assert updates, "no inbox_update was sent"
+        return updates[-1]
+
+    async def decide(self, item_id: str, *, grant: GrantRequest | None,
+                     decision: str = "approve") -> None:
+        item = self.host.get(item_id)
+        await self.send(ApprovalDecision(
+            str(uuid.uuid4()), item_id, decision, None, ADA, "2027-01-15T08:00:00Z",
+            args_sha256(item.wire["arguments"]), grant))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock]]:
+    clock = Clock()
+    store = AgentStore(tmp_path / "agent")
+    device = Identity.generate("Telegram @bot")
+    store.add_device(device.card, "telegram", clock())
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
+    yield host, Phone(host, device, clock), clock
+    store.close()
+
+
+def git_status(host: AgentHost, command: str = "git status -s", **extra: Any) -> Any:
+    return host.submit_approval(tool="Bash", summary=f"run: {command}",
+                                arguments={"command": command, **extra}, blocks=None,
+                                timeout_s=600, grant_key=KEY, grant_label=LABEL)
+
+
+async def test_a_grant_covers_its_key_until_it_expires(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, clock = world
+    first = git_status(host)
+    offered = phone.last_update().approvals[0].grant_offer
+    assert offered is not None and (offered.key, offered.label) == (KEY, LABEL)
+    await phone.decide(first.item_id, grant=GrantRequest(KEY, 30))
+    assert host.get(first.item_id).state.value == "approved"
+    update = phone.last_update()
+    assert [(g.key, g.label, g.granted_by.name, g.uses) for g in update.grants] == [
+        (KEY, LABEL, "Ada Lovelace", 0)]
+
+    clock.advance(18)
+    covered = git_status(host, "git status --porcelain")
+    assert covered.state.value == "approved"
+    assert covered.reason == ("approved by Ada Lovelace's grant (`git status` in this "
+                              "session, 12 min left)")
+    activity = [p for p in phone.received() if isinstance(p, Activity)]
+    assert len(activity) == 1
+    entry = activity[0].entries[0]
+    assert (entry.tool, entry.summary, entry.grant_id) == (
+        "Bash", "run: git status --porcelain", update.grants[0].id)
+    assert [g.uses for g in host.grants()] == [1]
+
+    asks = host.submit_approval(tool="Bash", summary="run: git log", arguments={},
+                                blocks=None, timeout_s=600,
+                                grant_key="Claude Code|s1|shell|git log", grant_label="x")
+    assert asks.pending
+
+    clock.advance(13)
+    host.expire_due()
+    assert phone.last_update().grants == ()
+    assert git_status(host, "git status").pending
+    assert host.grants() == []
+
+
+async def test_an_unoffered_key_is_refused_and_the_approval_applies(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, _clock = world
+    item = git_status(host)
+    await phone.decide(item.item_id, grant=GrantRequest("Claude Code|s1|shell|rm", 30))
+    assert host.get(item.item_id).state.value == "approved"
+    assert host.grants() == []
+    assert phone.last_update().grants == ()
+
+    plain = host.submit_approval(tool="deploy", summary=None, arguments={"env": "prod"},
+                                 blocks=None, timeout_s=600)
+    assert "grant_offer" not in plain.wire
+    await phone.decide(plain.item_id, grant=GrantRequest("deploy", 30))
+    assert host.get(plain.item_id).state.value == "approved" and host.grants() == []
+
+
+async def test_no_offer_for_a_secret_and_a_key_never_widens(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, _clock = world
+    secret = host.submit_approval(
+        tool="Bash", summary="run: git status", arguments={"api_key": "sk-live-123456789"},
+        blocks=None, timeout_s=600, grant_key=KEY, grant_label=LABEL)
+    assert "grant_offer" not in secret.wire
+
+    item = git_status(host)
+    await phone.decide(item.item_id, grant=GrantRequest(KEY, 500))
+    (grant,) = host.grants()
+    assert grant.expires_ms - grant.granted_ms == 120 * 60_000  # the offer's max_minutes
+    wider = host.submit_approval(tool="Bash", summary="run: git status", arguments={},
+                                 blocks=None, timeout_s=600, grant_key=KEY,
+                                 grant_label="every git command")
+    assert wider.state.value == "approved"
+    assert host.grants()[0].label == LABEL
+
+
+async def test_revoked_from_a_device_or_here_and_kept_over_a_restart(
+        tmp_path: Path, world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, clock = world
+    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 30))
+    (grant,) = host.grants()
+
+    restarted = AgentHost(host.store, host.identity, RELAY, clock=clock)
+    assert [g.grant_id for g in restarted.grants()] == [grant.grant_id]
+    assert git_status(restarted).state.value == "approved"
+
+    await phone.send(GrantRevoke(grant.grant_id, ADA, "2027-01-15T08:01:00Z"))
+    assert host.grants() == [] and phone.last_update().grants == ()
+    assert git_status(host).pending
+    await phone.send(GrantRevoke(grant.grant_id, ADA, "2027-01-15T08:02:00Z"))  # harmless
+
+    await phone.decide(git_status(host, "git status -b").item_id, grant=GrantRequest(KEY, 5))
+    (second,) = host.grants()
+    host.revoke_grant(second.grant_id)
+    assert phone.last_update().grants == ()
+    with pytest.raises(Refusal, match="no grant"):
+        host.revoke_grant(second.grant_id)
