@@ -370,7 +370,9 @@ class _Tokenizer:
             else:
                 self.entities.append(Entity("pre", offset, length))
         elif tag.name == "code":
-            if same_range and last is not None and last.type == "pre" and tag.argument:
+            # Only a plain pre takes the language: one that already has its own keeps it.
+            plain_pre = last is not None and last.type == "pre" and last.language is None
+            if same_range and plain_pre and tag.argument:
                 self.entities[-1] = Entity("pre", offset, length, language=tag.argument)
             else:
                 self.entities.append(Entity("code", offset, length, language=tag.argument or None))
