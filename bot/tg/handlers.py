@@ -181,7 +181,7 @@ class Handlers:
             option=parsed.option,
         )
         self._apply(report.changes)
-        alert, text = self._tap_answer(report, chat.id)
+        alert, text = await self._tap_answer(report, chat.id)
         await self._answer_query(query, text, alert=alert)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
                  query.from_user.id, chat.id, report.card.item_id if report.card else "?",
@@ -195,7 +195,7 @@ class Handlers:
         except tg_error.TelegramError as exc:  # e.g. "query is too old": the tap still counts
             log.warning("could not answer a button tap: %s", exc)
 
-    def _tap_answer(self, report: TapReport, chat_id: int) -> tuple[bool, str]:
+    async def _tap_answer(self, report: TapReport, chat_id: int) -> tuple[bool, str]:
         """(show as alert, text) telling the tapper what their tap did."""
         result = report.result
         if isinstance(result, Refused):
@@ -203,7 +203,7 @@ class Handlers:
             return True, self._renderer.text(
                 "alert_refused",
                 reason=result.reason.value,
-                approvers=self._approvers.cached_names(chat_id),
+                approvers=await self._approvers.names(chat_id),
                 state=item.state if item else "",
                 by=item.outcome_by if item else None,
             )
@@ -265,7 +265,7 @@ class Handlers:
         )
         self._apply(report.changes)
         if isinstance(report.result, Refused):
-            _alert, refusal = self._tap_answer(report, message.chat_id)
+            _alert, refusal = await self._tap_answer(report, message.chat_id)
             await self._reply(message, "refused", text=refusal)
 
     # -- commands ---------------------------------------------------------------------------
