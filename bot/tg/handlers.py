@@ -33,7 +33,7 @@ from bot.config import Config
 from bot.core.model import CardRow, ChatKind, ItemRow, parse_item
 from bot.core.policy import Action, Answered, AskReason, Decided, Refusal, Refused, Tallied
 from bot.errors import BotApiError, PairingError, RenderError, SkaldError
-from bot.protocol.pairing import parse_pairing_uri
+from bot.protocol.pairing import PairingUri, parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
@@ -84,7 +84,7 @@ class Handlers:
             ("start", self.start, True),
             ("help", self.help, True),
             ("pending", self.pending, True),
-            ("pair", self.pair, False),
+            ("pair", self.pair, True),
             ("unpair", self.unpair, True),
             ("status", self.status, True),
             ("history", self.history, True),
@@ -322,8 +322,22 @@ class Handlers:
             await self._reply(message, "pair_failed", error=str(exc))
             return
         topic = message.message_thread_id if message.is_topic_message else None
+        # The update is handled once this commits (see bot.tg.update_inbox); waiting for
+        # the agent runs apart, so that other updates are not held up meanwhile.
         self._apply(self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
                                                requested_by=user.id if user else None))
+        context.application.create_task(self._finish_pairing(message, uri), update=update,
+                                        name=f"pairing with {uri.agent.id[:8]}")
+
+    async def _finish_pairing(self, message: Message, uri: PairingUri) -> None:
+        """Say that a pairing started, wait for the agent, and say how it ended."""
+        try:
+            await self._await_agent(message, uri)
+        except SkaldError as exc:
+            log.warning("could not finish pairing with %s: %s", uri.agent.id[:8], exc)
+
+    async def _await_agent(self, message: Message, uri: PairingUri) -> None:
+        chat = message.chat
         await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
         try:
             await wait_until_paired(self._bridge, uri.agent.id, self._changed)
