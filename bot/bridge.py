@@ -46,6 +46,7 @@ from bot.core.policy import (
     Voter,
     evaluate_revoke,
     evaluate_tap,
+    may_decide,
 )
 from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
@@ -530,6 +531,8 @@ class Bridge:
                               required=required, voters=votes, option=option, text=text)
         changes = REDRAW
         with self._store.transaction():
+            if view.open:  # the card's tally shows only votes that still count
+                self._drop_lapsed_votes(card, votes, approvers, now)
             self._store.audit.append(
                 "tap", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
                 item_id=card.item_id, user_id=voter.user_id, user_name=tapper.name,
@@ -557,6 +560,18 @@ class Bridge:
         policy = self.policy(chat_id)
         return offered_minutes(item.grant_offer, allowed=policy.grants,
                                minutes=policy.grant_minutes)
+
+    def _drop_lapsed_votes(
+        self, card: CardRow, votes: tuple[Voter, ...], approvers: frozenset[int], now: int
+    ) -> None:
+        for vote in votes:
+            if not may_decide(vote.user_id, approvers):
+                self._store.cards.remove_vote(card.card_id, vote.user_id)
+                self._store.audit.append(
+                    "vote_lapsed", at=now, chat_id=card.chat_id, agent_id=card.agent_id,
+                    item_id=card.item_id, user_id=vote.user_id, user_name=vote.name,
+                    reason="no longer an approver",
+                )
 
     def record_refused_tap(
         self, chat_id: int, tapper: Person, action: str, reason: Refusal

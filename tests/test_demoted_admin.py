@@ -4,6 +4,8 @@ with ``getChatMember`` first. A demoted admin can neither veto nor complete a qu
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -70,3 +72,20 @@ async def test_a_demoted_admins_vote_does_not_complete_a_quorum(tmp_path: Path) 
         second = world.tap(OPS_GROUP, card, ADA, "Approve")
         assert (await world.answer_of(second))["text"] == "Counted: 1 of 2 approvals."
         assert world.agent.decisions == []
+
+
+async def test_a_demoted_admins_vote_leaves_the_cards_tally(tmp_path: Path) -> None:
+    async with admins_decide(tmp_path, required=2) as (world, clock, card):
+        world.tap(OPS_GROUP, card, BOB, "Approve")
+        card = await world.wait_card(OPS_GROUP, "apr_admins", lambda m: "1 of 2" in m.text)
+        assert "Bob" in card.text
+        world.tg._chat(OPS_GROUP).admins.remove(BOB)
+        clock.advance(PAST_GRACE_S)
+        world.tap(OPS_GROUP, card, ADA, "Approve")
+        card = await world.wait_card(
+            OPS_GROUP, "apr_admins", lambda m: "Approvals 1 of 2: Ada" in m.text)
+        assert "Bob" not in card.text.split("Approvals", 1)[1]
+        with sqlite3.connect(tmp_path / "state" / "skald-telegram.sqlite3") as db:
+            lapsed = db.execute("SELECT user_id, detail FROM audit WHERE event = 'vote_lapsed'"
+                                ).fetchall()
+        assert lapsed == [(BOB, json.dumps({"reason": "no longer an approver"}))]

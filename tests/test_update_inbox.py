@@ -8,7 +8,11 @@ import sqlite3
 from pathlib import Path
 
 from test_bot_kill import bot_process
-from world import ADA, approval, make_world
+from world import ADA, FAST_RELAY, approval, make_world, running_bot
+
+from bot.protocol.identity import Identity
+from bot.store import Store
+from bot.testing.agent import Agent
 
 
 def taps_recorded(database: Path, item_id: str) -> int:
@@ -52,3 +56,33 @@ async def test_a_tap_confirmed_behind_a_429_survives_sigkill(tmp_path: Path) -> 
                 "How this works" in m.text for m in tg.bot_messages(ADA)), timeout=20)
         assert world.agent.decisions[0].approval_id == "apr_durable"
         assert taps_recorded(database, "apr_durable") == 1  # handled exactly once
+
+
+async def test_a_pair_update_is_handled_only_with_its_pairing_row(tmp_path: Path) -> None:
+    """``/pair`` waits for its agent apart from the other updates, but its update counts
+    as handled only in the transaction that writes the pairing: a kill before that
+    commit leaves the ``/pair`` to be handled again."""
+    database = tmp_path / "state" / "skald-telegram.sqlite3"
+    database.parent.mkdir(mode=0o700)
+    Store.open(database).close()
+    with sqlite3.connect(database) as db:  # notes what the store held at each marking
+        db.executescript(
+            "CREATE TABLE pair_marks (update_id INTEGER, pairings INTEGER);"
+            "CREATE TRIGGER pair_marked AFTER UPDATE OF done ON updates"
+            " WHEN NEW.done = 1 AND OLD.body LIKE '%/pair %' BEGIN"
+            " INSERT INTO pair_marks SELECT NEW.update_id, count(*) FROM pairings; END;")
+    async with make_world(tmp_path) as world, running_bot(world):
+        late = Agent(Identity.generate("late"), world.relay.url, **FAST_RELAY)
+        world.tg.send_text(ADA, ADA, f"/pair {late.new_pairing_uri()}")
+        world.tg.send_text(ADA, ADA, "/help")  # not held up by the pairing in progress
+        await world.tg.wait_for(lambda tg: any(
+            "How this works" in m.text for m in tg.bot_messages(ADA)))
+        await late.start()  # the agent answers only now
+        try:
+            await world.tg.wait_for(lambda tg: any(
+                "Paired with" in m.text for m in tg.bot_messages(ADA)))
+        finally:
+            await late.stop()
+    with sqlite3.connect(database) as db:
+        marks = db.execute("SELECT pairings FROM pair_marks").fetchall()
+    assert marks == [(1,)]

@@ -108,6 +108,13 @@ class ApproverLookup:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def names(self, chat_id: int) -> list[str]:
+        """The approvers' names, first reading from Telegram those of a configured list
+        not known yet (the chat may have been bound while the bot was stopped)."""
+        if self.policy(chat_id).approvers != "admins":
+            await self.learn_names(chat_id)
+        return self.cached_names(chat_id)
+
     def cached_names(self, chat_id: int) -> list[str]:
         """The approvers' names as known now, without asking Telegram."""
         approvers = self.policy(chat_id).approvers

@@ -33,7 +33,7 @@ from bot.config import Config
 from bot.core.model import CardRow, ChatKind, ItemRow, parse_item
 from bot.core.policy import Action, Answered, AskReason, Decided, Refusal, Refused, Tallied
 from bot.errors import BotApiError, PairingError, RenderError, SkaldError
-from bot.protocol.pairing import parse_pairing_uri
+from bot.protocol.pairing import PairingUri, parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
 from bot.render import Renderer
@@ -84,7 +84,7 @@ class Handlers:
             ("start", self.start, True),
             ("help", self.help, True),
             ("pending", self.pending, True),
-            ("pair", self.pair, False),
+            ("pair", self.pair, True),
             ("unpair", self.unpair, True),
             ("status", self.status, True),
             ("history", self.history, True),
@@ -185,7 +185,7 @@ class Handlers:
             option=parsed.option,
         )
         self._apply(report.changes)
-        alert, text = self._tap_answer(report, chat.id)
+        alert, text = await self._tap_answer(report, chat.id)
         await self._answer_query(query, text, alert=alert)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
                  query.from_user.id, chat.id, report.card.item_id if report.card else "?",
@@ -215,7 +215,7 @@ class Handlers:
         except tg_error.TelegramError as exc:  # e.g. "query is too old": the tap still counts
             log.warning("could not answer a button tap: %s", exc)
 
-    def _tap_answer(self, report: TapReport, chat_id: int) -> tuple[bool, str]:
+    async def _tap_answer(self, report: TapReport, chat_id: int) -> tuple[bool, str]:
         """(show as alert, text) telling the tapper what their tap did."""
         result = report.result
         if isinstance(result, Refused):
@@ -223,7 +223,7 @@ class Handlers:
             return True, self._renderer.text(
                 "alert_refused",
                 reason=result.reason.value,
-                approvers=self._approvers.cached_names(chat_id),
+                approvers=await self._approvers.names(chat_id),
                 state=item.state if item else "",
                 by=item.outcome_by if item else None,
             )
@@ -285,7 +285,7 @@ class Handlers:
         )
         self._apply(report.changes)
         if isinstance(report.result, Refused):
-            _alert, refusal = self._tap_answer(report, message.chat_id)
+            _alert, refusal = await self._tap_answer(report, message.chat_id)
             await self._reply(message, "refused", text=refusal)
 
     # -- commands ---------------------------------------------------------------------------
@@ -342,8 +342,22 @@ class Handlers:
             await self._reply(message, "pair_failed", error=str(exc))
             return
         topic = message.message_thread_id if message.is_topic_message else None
+        # The update is handled once this commits (see bot.tg.update_inbox); waiting for
+        # the agent runs apart, so that other updates are not held up meanwhile.
         self._apply(self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
                                                requested_by=user.id if user else None))
+        context.application.create_task(self._finish_pairing(message, uri), update=update,
+                                        name=f"pairing with {uri.agent.id[:8]}")
+
+    async def _finish_pairing(self, message: Message, uri: PairingUri) -> None:
+        """Say that a pairing started, wait for the agent, and say how it ended."""
+        try:
+            await self._await_agent(message, uri)
+        except SkaldError as exc:
+            log.warning("could not finish pairing with %s: %s", uri.agent.id[:8], exc)
+
+    async def _await_agent(self, message: Message, uri: PairingUri) -> None:
+        chat = message.chat
         await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
         try:
             await wait_until_paired(self._bridge, uri.agent.id, self._changed)
