@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from bot.core.policy import SERVICE_IDS
 from bot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,9 +27,6 @@ DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
 DEFAULT_GRANT_MINUTES = 30
 MAX_GRANT_MINUTES = 24 * 60
-SERVICE_IDS = frozenset({1087968824, 777000, 136817688})
-"""Telegram's stand-ins (anonymous group admin, Telegram itself, channel posts), never a
-person: refused as admins or approvers (taps from them are refused by bot.core.policy)."""
 
 Approvers = frozenset[int] | Literal["admins"]
 

@@ -44,7 +44,7 @@ RULES = (
     Rule("bot.core", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     Rule("bot.agenthost.describe", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     # Shared adapters and settings.
-    Rule("bot.config", may=frozenset({"bot.render"})),
+    Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),
     Rule("bot.keyfile", may=frozenset({"bot.protocol"})),
     Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals"})),
     # The bot application, bottom up.
