@@ -12,6 +12,7 @@ relay.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import secrets
@@ -33,7 +34,16 @@ from bot.core.grants import (
     plan_grants,
 )
 from bot.core.inbox import plan_update, remind_at
-from bot.core.model import CardRow, ChatKind, DecisionRow, ItemRow, Pairing, Peer, parse_item
+from bot.core.model import (
+    CardRow,
+    ChatKind,
+    DecisionRow,
+    ItemRow,
+    NewItem,
+    Pairing,
+    Peer,
+    parse_item,
+)
 from bot.core.policy import (
     Action,
     Answered,
@@ -71,8 +81,10 @@ from bot.protocol.payloads import (
     Person,
     encode_payload,
     item_to_wire,
+    parse_payload,
 )
 from bot.protocol.replay import RETENTION_MS
+from bot.protocol.snapshot import SeenSnapshot
 from bot.store import Store, is_store_failure
 
 log = logging.getLogger(__name__)
@@ -83,9 +95,7 @@ PAIRING_TIMEOUT_S = 30.0
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
 OFF_LOOP_BYTES = 64 * 1024
-"""Envelopes whose ciphertext is at least this long are opened in a thread."""
-ENCODED_OFF_LOOP_BLOCKS = 64
-"""Approvals with this many blocks are also encoded for the store in that thread."""
+"""Envelopes whose ciphertext is at least this long are opened and applied in a thread."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,10 @@ class Bridge:
         """The bot's state, read-only, for the Telegram side."""
         self.config = config
         self._clock = clock
+        self._seen: dict[str, SeenSnapshot] = {}
+        """Each agent's last snapshot applied, to read its next one (memory only). Items
+        enter the store only from snapshots, and never leave it: every item of it is held,
+        and every item the bot holds open is one of it."""
 
     def now_ms(self) -> int:
         return self._clock.now_ms()
@@ -203,38 +217,31 @@ class Bridge:
                 peers=self._known_cards(),
                 now_ms=now,
                 replay=self._store.outbox,
+                seen=self._seen,
             )
         except EnvelopeRefused as refusal:
             return _dropped(raw, refusal)
-        return self._apply_opened(opened, now, {})
+        return self._apply_opened(opened, now, opened.read.texts if opened.read else {})
 
     async def receive(self, raw: dict[str, object]) -> Changes:
-        """:meth:`handle_envelope`, with a large envelope decrypted and parsed in a thread
-        (pure work, up to a megabyte of JSON) so that the event loop keeps serving other
-        chats; only the replay check and the store's changes run on the loop."""
+        """:meth:`handle_envelope`, in a thread for a large envelope (up to a megabyte to
+        decrypt and parse, and a thousand items to store) so that the event loop keeps
+        serving other chats meanwhile; the store makes anything else wait for the
+        transaction's commit."""
         ct = raw.get("ct")
         if not isinstance(ct, str) or len(ct) < OFF_LOOP_BYTES:
             return self.handle_envelope(raw)
-        now = self.now_ms()
-        try:
-            opened, bodies = await asyncio.to_thread(
-                _open_and_encode, raw, me=self.identity, peers=self._known_cards(), now_ms=now
-            )
-            if self._store.outbox.seen(opened.envelope.id):
-                raise EnvelopeRefused(RefusalReason.REPLAY,
-                                      f"envelope {opened.envelope.id} already accepted")
-        except EnvelopeRefused as refusal:
-            return _dropped(raw, refusal)
-        return self._apply_opened(opened, now, bodies)
+        return await asyncio.to_thread(self.handle_envelope, raw)
 
     def _apply_opened(self, opened: Opened, now: int, bodies: Mapping[str, str]) -> Changes:
         """Apply an opened envelope; ``bodies`` may hold its items' stored JSON by id,
         already encoded."""
         envelope = opened.envelope
+        after_commit: list[Callable[[], None]] = []
         try:
             with self._store.transaction():
                 self._store.outbox.remember(envelope.id, envelope.ts, now)
-                changes = self._apply(opened.sender, opened.payload, now, bodies)
+                changes = self._apply(opened, now, bodies, after_commit)
         except Exception as exc:
             if is_store_failure(exc):
                 raise  # the disk, not the sender: fail the session and retry later
@@ -247,8 +254,18 @@ class Bridge:
                       type(exc).__name__, where.filename, where.lineno)
             self._remember_refused(envelope.id, envelope.ts, now)
             return NOTHING
+        for step in after_commit:
+            step()
         log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
         return changes | REDRAW
+
+    def _remember_seen(self, agent_id: str, seen: SeenSnapshot | None) -> None:
+        """After a snapshot's commit: remember it to read the agent's next one by (or, read
+        in full, forget the one before)."""
+        if seen is None:
+            self._seen.pop(agent_id, None)
+        else:
+            self._seen[agent_id] = seen
 
     def _remember_refused(self, envelope_id: str, ts_ms: int, now: int) -> None:
         """Keep a refused envelope's id, so that a copy delivered again is a replay."""
@@ -264,8 +281,10 @@ class Bridge:
         return cards
 
     def _apply(
-        self, sender: PublicCard, payload: Payload, now: int, bodies: Mapping[str, str]
+        self, opened: Opened, now: int, bodies: Mapping[str, str],
+        after_commit: list[Callable[[], None]],
     ) -> Changes:
+        sender, payload = opened.sender, opened.payload
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
         elif isinstance(payload, PairReject):
@@ -274,7 +293,7 @@ class Bridge:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
-            self._apply_inbox_update(sender.id, payload, now, bodies)
+            self._apply_inbox_update(sender.id, payload, now, bodies, opened, after_commit)
         elif isinstance(payload, Activity):
             self._apply_activity(sender.id, payload, now)
         elif isinstance(payload, Notification):
@@ -321,26 +340,44 @@ class Bridge:
         log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
     def _apply_inbox_update(
-        self, agent_id: str, update: InboxUpdate, now: int, bodies: Mapping[str, str]
+        self, agent_id: str, update: InboxUpdate, now: int, bodies: Mapping[str, str],
+        opened: Opened, after_commit: list[Callable[[], None]],
     ) -> None:
-        open_now = self._store.items.open_ids(agent_id)
+        items = self._store.items
+        seen = opened.read.seen if opened.read else None
+        before = self._seen.get(agent_id)
+        if update.unchanged and before is None:
+            # Read against a snapshot since forgotten: its unchanged items may not be held.
+            full = parse_payload(opened.plaintext)
+            assert isinstance(full, InboxUpdate)
+            update, seen = full, None
+        new_ids = [*(a.id for a in update.approvals), *(c.id for c in update.clarifications)]
+        if before is None:
+            open_now = items.open_ids(agent_id)
+        else:
+            # Only items of the last snapshot applied can be open: those not in this one.
+            open_now = items.open_among(
+                agent_id, set(before.item_ids()).difference(update.unchanged, new_ids))
+        known = items.held_among(agent_id, new_ids).union(update.unchanged)
         plan = plan_update(
             update,
             last_rev=self._store.agents.last_rev(agent_id),
-            known=self._known_item_ids(agent_id, update, open_now),
+            known=known,
             open_now=open_now,
         )
         if plan.stale:
             log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
             return
+        after_commit.append(functools.partial(self._remember_seen, agent_id, seen))
         self._store.agents.set_rev(agent_id, update.rev, now)
-        for item in plan.new_items:
-            if self._add_item(agent_id, item, now=now, body_json=bodies.get(item.id)):
-                for binding in self._store.agents.bindings_for_agent(agent_id):
-                    self._plan_card(agent_id, item.id, binding.chat_id, binding.topic_id)
+        items.add_many(agent_id, [self._new_item(item, now, bodies.get(item.id))
+                                  for item in plan.new_items], now_ms=now)
+        for binding in self._store.agents.bindings_for_agent(agent_id):
+            self._plan_cards(agent_id, [item.id for item in plan.new_items],
+                             binding.chat_id, binding.topic_id)
         for gone in plan.gone:
             at = to_ms(gone.at) if gone.at else now
-            if self._store.items.close(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
+            if items.close(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
                 self._store.audit.append("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
         self._apply_grants(agent_id, update.grants, now)
@@ -414,44 +451,34 @@ class Bridge:
     def _bind(self, agent_id: str, chat_id: int, topic_id: int | None, now: int) -> None:
         """Bind an agent to a chat, with a card there for each of its open items."""
         self._store.agents.bind(agent_id, chat_id, topic_id, now)
-        for item_id in sorted(self._store.items.open_ids(agent_id)):
-            self._plan_card(agent_id, item_id, chat_id, topic_id)
+        self._plan_cards(agent_id, sorted(self._store.items.open_ids(agent_id)),
+                         chat_id, topic_id)
 
-    def _plan_card(self, agent_id: str, item_id: str, chat_id: int, topic_id: int | None) -> None:
-        """A card for the item in the chat (none twice), in the binding's topic or else the
-        chat's configured one. A chat the bot may not post in gets its cards when it may
-        again."""
+    def _plan_cards(
+        self, agent_id: str, item_ids: list[str], chat_id: int, topic_id: int | None
+    ) -> None:
+        """A card for each item in the chat (none twice), in the binding's topic or else
+        the chat's configured one. A chat the bot may not post in gets its cards when it
+        may again."""
+        if not item_ids:
+            return
         if topic_id is None:
             topic_id = self.policy(chat_id).topic
-        self._store.cards.add(agent_id, item_id, chat_id, topic_id, new_token())
+        self._store.cards.add_many(
+            [(agent_id, item_id, chat_id, topic_id, new_token()) for item_id in item_ids])
 
-    def _known_item_ids(
-        self, agent_id: str, update: InboxUpdate, open_now: set[str]
-    ) -> set[str]:
-        """The update's items the bot holds: those open now, and any closed before (only
-        items not open cost a query)."""
-        items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
-        ids = [item.id for item in items]
-        return {item_id for item_id in ids
-                if item_id in open_now or self._store.items.has(agent_id, item_id)}
-
-    def _add_item(
-        self, agent_id: str, item: Approval | Clarification, *, now: int,
-        body_json: str | None = None,
-    ) -> bool:
-        """Hold a new item (``body_json``: its stored form, if already encoded); False if
-        the bot already holds one with this id."""
-        kind = "approval" if isinstance(item, Approval) else "clarification"
+    @staticmethod
+    def _new_item(item: Approval | Clarification, now: int, body_json: str | None) -> NewItem:
+        """A new item as the store holds it (``body_json``: its stored form, if already
+        encoded)."""
         created = item.created_at or from_ms(now)
         reminder = remind_at(created, item.expires_at)
-        return self._store.items.add(
-            agent_id,
+        return NewItem(
             item.id,
-            kind,
+            "approval" if isinstance(item, Approval) else "clarification",
             body_json or item_body(item),
             expires_at=to_ms(item.expires_at) if item.expires_at else None,
             remind_at=to_ms(reminder) if reminder else None,
-            now_ms=now,
         )
 
     # -- pairing ----------------------------------------------------------------------------
@@ -890,30 +917,6 @@ REFUSALS = {
 def item_body(item: Approval | Clarification) -> str:
     """An item as the store keeps it."""
     return json.dumps(item_to_wire(item), ensure_ascii=False)
-
-
-def _open_and_encode(
-    raw: dict[str, object], *, me: Identity, peers: Mapping[str, PublicCard], now_ms: int
-) -> tuple[Opened, dict[str, str]]:
-    """Open an envelope (replay set not checked) and encode its large items as the store
-    keeps them: the pure part of applying a large envelope, for a thread."""
-    opened = open_envelope(raw, me=me, peers=peers, now_ms=now_ms, replay=_NOT_CHECKED)
-    payload = opened.payload
-    bodies: dict[str, str] = {}
-    if isinstance(payload, InboxUpdate):
-        bodies = {approval.id: item_body(approval) for approval in payload.approvals
-                  if len(approval.blocks) >= ENCODED_OFF_LOOP_BLOCKS}
-    return opened, bodies
-
-
-class _NotChecked:
-    """A replay guard for opening off the loop: the caller checks the replay set after."""
-
-    def seen(self, envelope_id: str) -> bool:
-        return False
-
-
-_NOT_CHECKED = _NotChecked()
 
 
 def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> Changes:

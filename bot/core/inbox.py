@@ -45,7 +45,7 @@ def plan_update(
     if last_rev is not None and update.rev <= last_rev:
         return UpdatePlan(stale=True)
     items: list[Approval | Clarification] = [*update.approvals, *update.clarifications]
-    present = {item.id for item in items}
+    present = {item.id for item in items}.union(update.unchanged)
     new_items = tuple(item for item in items if item.id not in known)
     resolved = {entry.id: entry for entry in update.resolved}
     gone = []

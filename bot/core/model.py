@@ -51,6 +51,17 @@ class Pairing:
 
 
 @dataclass(frozen=True)
+class NewItem:
+    """An item an agent just sent, as the bot is about to hold it."""
+
+    item_id: str
+    kind: str  # "approval" | "clarification"
+    body_json: str
+    expires_at: int | None
+    remind_at: int | None
+
+
+@dataclass(frozen=True)
 class ItemRow:
     """An inbox item as the bot holds it."""
 

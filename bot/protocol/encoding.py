@@ -17,13 +17,14 @@ import re
 from datetime import UTC, datetime
 from typing import Any, TypeAlias, TypeGuard
 
+import pybase64
+
 from bot.errors import PayloadError, ProtocolError
 
 JSON: TypeAlias = Any
 """A decoded JSON value (the same alias as :data:`bot.protocol.payloads.JSON`)."""
 
 _B64U_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-_URLSAFE_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 _UNUSED_BITS = {1: 0b11, 2: 0b1111}
 """Bits of the last character that carry no data, by the padding it lacks."""
 
@@ -59,19 +60,15 @@ def b64u_decode(text: str) -> bytes:
     non-canonical trailing bits, a non-string) raises :class:`ProtocolError`."""
     if not isinstance(text, str):
         raise ProtocolError(f"expected a base64url string, got {type(text).__name__}")
-    # The lenient decoder (faster than its strict mode) skips characters outside the
-    # alphabet, and every alphabet character gives 6 bits: the output is exactly
-    # len(text) * 3 // 4 bytes only if nothing was skipped. The standard alphabet's
-    # "+" and "/" are not skipped, so they are refused first.
+    # The validating decoder refuses characters outside the alphabet; with "-_" as the
+    # alternative characters it still takes the standard "+" and "/", refused first.
     if len(text) % 4 == 1 or not text.isascii() or "+" in text or "/" in text or "=" in text:
         raise ProtocolError("not unpadded base64url")
-    padding = b"=" * (-len(text) % 4)
+    padding = "=" * (-len(text) % 4)
     try:
-        data = binascii.a2b_base64(text.encode("ascii").translate(_URLSAFE_TO_STANDARD) + padding)
-    except binascii.Error as exc:
+        data = pybase64.b64decode(text + padding, altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError) as exc:
         raise ProtocolError("not unpadded base64url") from exc
-    if len(data) != len(text) * 3 // 4:
-        raise ProtocolError("not unpadded base64url")
     if padding and _B64U_ALPHABET.index(text[-1]) & _UNUSED_BITS[len(padding)]:
         raise ProtocolError("not canonical base64url (stray trailing bits)")
     return data
@@ -119,7 +116,7 @@ def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> 
         raise PayloadError(f"JSON larger than {max_bytes} bytes ({size})")
     _check_depth(text, max_depth)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         # json.JSONDecodeError is a ValueError, and so is the int digit limit.
         raise PayloadError(f"invalid JSON: {exc}") from exc
@@ -127,6 +124,20 @@ def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> 
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
         raise PayloadError("lone surrogate in JSON string")
     return value
+
+
+def decode_at(text: str, pos: int, *, max_depth: int) -> tuple[JSON, int]:
+    """Decode the one JSON value that starts at ``text[pos]`` under the rules of
+    :func:`loads_limited` (its size aside); returns the value and where it ends."""
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"invalid JSON: {exc}") from exc
+    piece = text[pos:end]
+    _check_depth(piece, max_depth)
+    if "\\u" in piece and _SURROGATE_ESCAPE.search(piece) and _has_lone_surrogate(value):
+        raise PayloadError("lone surrogate in JSON string")
+    return value, end
 
 
 def _has_lone_surrogate(value: JSON) -> bool:
@@ -167,6 +178,9 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise PayloadError(f"JSON number {text[:32]} overflows")
     return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def format_rfc3339(dt: datetime) -> str:

@@ -27,8 +27,9 @@ from bot.protocol.identity import (
     verify_signature,
 )
 from bot.protocol.pairing import device_public_card
-from bot.protocol.payloads import PairRequest, Payload, parse_payload
+from bot.protocol.payloads import PairRequest, Payload
 from bot.protocol.replay import MAX_AGE_MS, ReplayGuard
+from bot.protocol.snapshot import Read, SeenSnapshot, read_payload
 
 VERSION = 1
 MAX_ENVELOPE_BYTES = 1 << 20
@@ -83,6 +84,9 @@ class Opened:
     sender: PublicCard
     plaintext: bytes = field(default=b"", repr=False, compare=False)
     """The decrypted payload bytes, for callers that need the raw body: never log them."""
+    read: Read | None = field(default=None, repr=False, compare=False)
+    """How the payload was read against the sender's previous snapshot, when
+    :func:`open_envelope` was given the snapshots seen."""
 
 
 def build_info(envelope_id: str, sender: str, recipient: str, ts: int) -> bytes:
@@ -262,6 +266,7 @@ def open_envelope(
     now_ms: int,
     replay: ReplayGuard,
     accept_pair_requests: bool = False,
+    seen: Mapping[str, SeenSnapshot] | None = None,
 ) -> Opened:
     """Apply every acceptance rule of §2, in order, and return what was opened.
 
@@ -281,13 +286,14 @@ def open_envelope(
     peer = peers.get(envelope.sender)
     if peer is None and not accept_pair_requests:
         raise EnvelopeRefused(RefusalReason.UNKNOWN_SENDER, f"{envelope.sender} is not a peer")
+    previous = None if seen is None else seen.get(envelope.sender)
     if peer is not None:
         _check_signature(envelope, info, peer.sign_pub)
-        plaintext, payload = _decrypt_payload(envelope, info, me)
+        plaintext, read = _decrypt_payload(envelope, info, me, previous)
         sender = peer
     else:
-        plaintext, payload = _decrypt_payload(envelope, info, me)
-        sender = _pairing_sender(envelope, info, payload)
+        plaintext, read = _decrypt_payload(envelope, info, me, previous)
+        sender = _pairing_sender(envelope, info, read.payload)
     if replay.seen(envelope.id):
         raise EnvelopeRefused(RefusalReason.REPLAY, f"envelope {envelope.id} already accepted")
     if envelope.ts > now_ms + MAX_FUTURE_SKEW_MS:
@@ -296,7 +302,8 @@ def open_envelope(
         )
     if envelope.ts < now_ms - MAX_AGE_MS:
         raise EnvelopeRefused(RefusalReason.STALE, f"ts is {now_ms - envelope.ts} ms in the past")
-    return Opened(envelope=envelope, payload=payload, sender=sender, plaintext=plaintext)
+    return Opened(envelope=envelope, payload=read.payload, sender=sender, plaintext=plaintext,
+                  read=None if seen is None else read)
 
 
 def _check_signature(envelope: Envelope, info: bytes, sign_pub: bytes) -> None:
@@ -306,7 +313,9 @@ def _check_signature(envelope: Envelope, info: bytes, sign_pub: bytes) -> None:
         )
 
 
-def _decrypt_payload(envelope: Envelope, info: bytes, me: Identity) -> tuple[bytes, Payload]:
+def _decrypt_payload(
+    envelope: Envelope, info: bytes, me: Identity, previous: SeenSnapshot | None
+) -> tuple[bytes, Read]:
     try:
         plaintext = _SUITE.decrypt(envelope.ct, me.kx_key, info=info)
     except (InvalidTag, ValueError) as exc:
@@ -314,7 +323,7 @@ def _decrypt_payload(envelope: Envelope, info: bytes, me: Identity) -> tuple[byt
             RefusalReason.DECRYPT_FAILED, f"ciphertext of {envelope.id} does not open"
         ) from exc
     try:
-        return plaintext, parse_payload(plaintext)
+        return plaintext, read_payload(plaintext, previous)
     except PayloadError as exc:
         # PayloadError messages describe shape and limits, never the plaintext itself.
         raise EnvelopeRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from exc

@@ -8,7 +8,6 @@ fields). Any bad input raises :class:`bot.errors.PayloadError`, never anything e
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,6 +130,10 @@ class InboxUpdate:
     resolved: tuple[ResolvedItem, ...] = ()
     grants: tuple[Grant, ...] = ()
     """The grants now in force (§3.1); empty when absent."""
+    unchanged: tuple[str, ...] = ()
+    """Ids of items the same, byte for byte, as in the sender's previous snapshot, which
+    :func:`bot.protocol.snapshot.read_payload` did not parse again: in the inbox, but in
+    neither ``approvals`` nor ``clarifications``. Empty from :func:`parse_inbox_update`."""
 
 
 @dataclass(frozen=True)
@@ -330,19 +333,36 @@ def parse_inbox_update(body: object) -> InboxUpdate:
     as the spec asks (blocks shapes, block values, unknown fields, unparseable times).
     """
     obj = _object(body, "inbox_update")
-    rev = _int(obj, "rev", "inbox_update")
-    agent_name = _agent_name(obj)
     raw_approvals = _list(obj, "approvals", "inbox_update")
     raw_clarifications = _list(obj, "clarifications", "inbox_update")
-    count = len(raw_approvals) + len(raw_clarifications)
+    check_item_count(len(raw_approvals) + len(raw_clarifications))
+    return inbox_update_around(
+        obj,
+        approvals=_parse_items(parse_approval, raw_approvals, "approvals"),
+        clarifications=_parse_items(parse_clarification, raw_clarifications, "clarifications"),
+    )
+
+
+def check_item_count(count: int) -> None:
+    """Refuse an ``inbox_update`` of more than :data:`MAX_ITEMS` items."""
     if count > MAX_ITEMS:
         raise PayloadError(
             f"inbox_update has {count} approvals + clarifications; at most {MAX_ITEMS} allowed"
         )
-    approvals = _parse_items(_remembered_approval, raw_approvals, "approvals")
-    clarifications = _parse_items(_remembered_clarification, raw_clarifications,
-                                  "clarifications")
-    _refuse_duplicate_ids(approvals, clarifications)
+
+
+def inbox_update_around(
+    obj: dict[str, JSON],
+    *,
+    approvals: tuple[Approval, ...],
+    clarifications: tuple[Clarification, ...],
+    unchanged: tuple[str, ...] = (),
+) -> InboxUpdate:
+    """The ``inbox_update`` of body ``obj`` around its items, already parsed (or, by id,
+    known to be unchanged): everything but the items themselves is parsed and checked here."""
+    rev = _int(obj, "rev", "inbox_update")
+    agent_name = _agent_name(obj)
+    _refuse_duplicate_ids(approvals, clarifications, unchanged)
     resolved = _parse_items(_parse_resolved, _list(obj, "resolved", "inbox_update"), "resolved")
     raw_grants = _list(obj, "grants", "inbox_update")
     if len(raw_grants) > MAX_GRANTS:
@@ -358,46 +378,8 @@ def parse_inbox_update(body: object) -> InboxUpdate:
         clarifications=clarifications,
         resolved=resolved,
         grants=grants,
+        unchanged=unchanged,
     )
-
-
-REMEMBERED_ITEMS = MAX_ITEMS
-"""Parsed items kept by their JSON text: an agent sends its complete inbox on every change,
-so an item unchanged since the previous snapshot costs a lookup, not a parse."""
-REMEMBERED_ITEM_CHARS = 4096
-"""Larger items are parsed every time (their parse is small beside their size)."""
-
-
-def _item_text(obj: object) -> str | None:
-    """The item as JSON text; None for what no JSON decoder makes (it is parsed as it is)."""
-    try:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return None
-
-
-@functools.lru_cache(maxsize=REMEMBERED_ITEMS)
-def _approval_from_text(text: str) -> Approval:
-    return parse_approval(json.loads(text))
-
-
-@functools.lru_cache(maxsize=REMEMBERED_ITEMS)
-def _clarification_from_text(text: str) -> Clarification:
-    return parse_clarification(json.loads(text))
-
-
-def _remembered_approval(obj: object) -> Approval:
-    text = _item_text(obj)
-    if text is None or len(text) > REMEMBERED_ITEM_CHARS:
-        return parse_approval(obj)
-    return _approval_from_text(text)
-
-
-def _remembered_clarification(obj: object) -> Clarification:
-    text = _item_text(obj)
-    if text is None or len(text) > REMEMBERED_ITEM_CHARS:
-        return parse_clarification(obj)
-    return _clarification_from_text(text)
 
 
 def parse_approval(obj: object) -> Approval:
@@ -471,17 +453,23 @@ def _parse_items(parse: Callable[[object], Any], raw: list[JSON], name: str) -> 
 
 
 def _refuse_duplicate_ids(
-    approvals: tuple[Approval, ...], clarifications: tuple[Clarification, ...]
+    approvals: tuple[Approval, ...],
+    clarifications: tuple[Clarification, ...],
+    unchanged: tuple[str, ...],
 ) -> None:
+    ids = [*(a.id for a in approvals), *(c.id for c in clarifications), *unchanged]
+    if len(set(ids)) == len(ids):
+        return
     seen: set[str] = set()
-    for name, ids in (
-        ("approvals", [a.id for a in approvals]),
-        ("clarifications", [c.id for c in clarifications]),
-    ):
-        for index, item_id in enumerate(ids):
-            if item_id in seen:
-                raise PayloadError(f"inbox_update {name}[{index}]: duplicate item id")
-            seen.add(item_id)
+    for index, item_id in enumerate(ids):
+        if item_id in seen:
+            name, at = "approvals", index
+            if at >= len(approvals):
+                name, at = "clarifications", at - len(approvals)
+                if at >= len(clarifications):
+                    name, at = "unchanged items", at - len(clarifications)
+            raise PayloadError(f"inbox_update {name}[{at}]: duplicate item id")
+        seen.add(item_id)
 
 
 def _agent_name(obj: dict[str, JSON]) -> str:
@@ -513,15 +501,20 @@ def _parse_blocks(value: JSON) -> tuple[Block, ...]:
 
 def _parse_block(raw: dict[str, JSON]) -> Block:
     block_type = _text_or_empty(raw.get("type"))
-    preferred = ("key", "label") if block_type == "key_value" else ("label", "key")
-    label = next((raw[k] for k in preferred if isinstance(raw.get(k), str)), "")
+    first, second = ("key", "label") if block_type == "key_value" else ("label", "key")
+    label = raw.get(first)
+    if not isinstance(label, str):
+        label = raw.get(second)
+        if not isinstance(label, str):
+            label = ""
     value, truncated = _truncated_value(raw.get("value"))
+    earlier = raw.get("truncated_chars")
     return Block(
         type=block_type,
         label=label,
         value=value,
         value_type=_text_or_empty(raw.get("value_type")),
-        truncated_chars=truncated + _earlier_truncation(raw.get("truncated_chars")),
+        truncated_chars=truncated if earlier is None else truncated + _earlier_truncation(earlier),
     )
 
 
@@ -537,12 +530,14 @@ def _truncated_value(value: JSON) -> tuple[JSON, int]:
     """Cut a value whose text exceeds :data:`MAX_VALUE_CHARS` (a long object or array
     becomes its cut JSON text). Python slices on code points, never inside one."""
     if isinstance(value, str):
+        if len(value) <= MAX_VALUE_CHARS:
+            return value, 0
         text = value
     elif isinstance(value, dict | list):
         text = json.dumps(value, ensure_ascii=False)
+        if len(text) <= MAX_VALUE_CHARS:
+            return value, 0
     else:
-        return value, 0
-    if len(text) <= MAX_VALUE_CHARS:
         return value, 0
     return text[:MAX_VALUE_CHARS], len(text) - MAX_VALUE_CHARS
 

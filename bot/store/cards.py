@@ -88,16 +88,14 @@ class CardsView:
 class Cards(CardsView):
     """Reading and writing cards, votes and prompts."""
 
-    def add(
-        self, agent_id: str, item_id: str, chat_id: int, topic_id: int | None, token: str
-    ) -> bool:
-        """Plan a card for an item in a chat; False if that chat already has one."""
-        cursor = self._db.run(
+    def add_many(self, cards: list[tuple[str, str, int, int | None, str]]) -> None:
+        """Plan cards, each ``(agent_id, item_id, chat_id, topic_id, token)``: one for an
+        item in a chat (a chat that already has one keeps it)."""
+        self._db.run_many(
             "INSERT OR IGNORE INTO cards (agent_id, item_id, chat_id, topic_id, token)"
             " VALUES (?, ?, ?, ?, ?)",
-            (agent_id, item_id, chat_id, topic_id, token),
+            cards,
         )
-        return cursor.rowcount == 1
 
     def posted(self, card_id: int, message_id: int, now_ms: int) -> None:
         self._db.run(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -74,6 +75,7 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (agent_id, item_id)
 );
 CREATE INDEX IF NOT EXISTS items_open ON items (state, expires_at);
+CREATE INDEX IF NOT EXISTS items_agent ON items (agent_id, state);
 CREATE INDEX IF NOT EXISTS items_remind ON items (state, remind_at);
 CREATE TABLE IF NOT EXISTS cards (
     card_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -231,11 +233,15 @@ CREATE INDEX IF NOT EXISTS note_lines_ref ON note_lines (agent_id, ref);
 
 class Database:
     """One SQLite connection. Methods are synchronous and short; call them from the event
-    loop."""
+    loop, or from a thread the loop waits for (a large envelope is applied in one).
+
+    A transaction holds the connection for its thread from start to commit: a statement or
+    transaction from another thread waits until then, so it is never part of it."""
 
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._connection = connection
         self.path = path
+        self._lock = threading.RLock()
         self._depth = 0
         self.before_commit: Callable[[], None] = lambda: None
         """Runs inside every outermost transaction just before it commits."""
@@ -256,7 +262,8 @@ class Database:
         return cls(connection, path)
 
     def close(self) -> None:
-        self._connection.close()
+        with self._lock:
+            self._connection.close()
 
     def schema_version(self) -> int:
         row = self.one("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -272,6 +279,11 @@ class Database:
         where losing one means doing it again, and it is made durable by the next durable
         commit.
         """
+        with self._lock, self._transaction(durable):
+            yield
+
+    @contextmanager
+    def _transaction(self, durable: bool) -> Iterator[None]:
         if self._depth:
             self._depth += 1
             try:
@@ -314,17 +326,28 @@ class Database:
             self._connection.execute("PRAGMA synchronous=FULL")
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        try:
-            return self._connection.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise StoreError(f"database error: {exc}") from exc
+        with self._lock:
+            try:
+                return self._connection.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise StoreError(f"database error: {exc}") from exc
+
+    def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        """``sql`` once for each of ``rows``."""
+        with self._lock:
+            try:
+                self._connection.executemany(sql, rows)
+            except sqlite3.Error as exc:
+                raise StoreError(f"database error: {exc}") from exc
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = self.run(sql, params).fetchone()
+        with self._lock:
+            row: sqlite3.Row | None = self.run(sql, params).fetchone()
         return row
 
     def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        return list(self.run(sql, params).fetchall())
+        with self._lock:
+            return list(self.run(sql, params).fetchall())
 
 
 def is_store_failure(error: BaseException) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from bot.core.model import CardRow, DecisionRow, ItemRow
+import json
+from collections.abc import Collection
+
+from bot.core.model import CardRow, DecisionRow, ItemRow, NewItem
 from bot.store.db import Database
 
 
@@ -21,6 +24,24 @@ class ItemsView:
     def open_ids(self, agent_id: str) -> set[str]:
         rows = self._db.all(
             "SELECT item_id FROM items WHERE agent_id = ? AND state = 'open'", (agent_id,)
+        )
+        return {str(r["item_id"]) for r in rows}
+
+    def open_among(self, agent_id: str, item_ids: Collection[str]) -> set[str]:
+        """Which of ``item_ids`` are open."""
+        return self._among(agent_id, item_ids, " AND state = 'open'")
+
+    def held_among(self, agent_id: str, item_ids: Collection[str]) -> set[str]:
+        """Which of ``item_ids`` the bot holds, in any state."""
+        return self._among(agent_id, item_ids, "")
+
+    def _among(self, agent_id: str, item_ids: Collection[str], condition: str) -> set[str]:
+        if not item_ids:
+            return set()
+        rows = self._db.all(
+            "SELECT item_id FROM items WHERE agent_id = ?"
+            " AND item_id IN (SELECT value FROM json_each(?))" + condition,
+            (agent_id, json.dumps(list(item_ids))),
         )
         return {str(r["item_id"]) for r in rows}
 
@@ -78,24 +99,14 @@ class ItemsView:
 class Items(ItemsView):
     """Reading and writing items and decisions."""
 
-    def add(
-        self,
-        agent_id: str,
-        item_id: str,
-        kind: str,
-        body_json: str,
-        *,
-        expires_at: int | None,
-        remind_at: int | None,
-        now_ms: int,
-    ) -> bool:
-        """Insert a new open item; False if the bot already holds it (in any state)."""
-        cursor = self._db.run(
+    def add_many(self, agent_id: str, items: list[NewItem], *, now_ms: int) -> None:
+        """Insert new open items (one the bot already holds, in any state, is left as it is)."""
+        self._db.run_many(
             "INSERT OR IGNORE INTO items (agent_id, item_id, kind, body_json, expires_at,"
             " remind_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (agent_id, item_id, kind, body_json, expires_at, remind_at, now_ms),
+            [(agent_id, item.item_id, item.kind, item.body_json, item.expires_at,
+              item.remind_at, now_ms) for item in items],
         )
-        return cursor.rowcount == 1
 
     def close(
         self,

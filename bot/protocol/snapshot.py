@@ -1,0 +1,309 @@
+"""Reading an ``inbox_update`` against the sender's previous one (pure).
+
+An agent sends its complete inbox on every change (§3.1). An inbox that grows one item at a
+time to 1,000 sends half a million items in all, nearly every one the same, byte for byte,
+as in the snapshot before. :func:`read_payload` walks the two outer levels of the payload
+itself and checks each item's text against the item at that place in the sender's previous
+snapshot, by length and hash: an unchanged item costs that comparison, not a parse. New and
+changed items are decoded and parsed as usual.
+
+What is accepted, and how a refusal reads, stays :func:`parse_payload`'s: a payload this
+walk does not follow (another kind, a shape it does not expect, anything refused) is parsed
+in full by it instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from bot.errors import PayloadError
+from bot.protocol.encoding import JSON, decode_at, is_int
+from bot.protocol.payloads import (
+    MAX_PAYLOAD_BYTES,
+    PAYLOAD_VERSION,
+    Approval,
+    Clarification,
+    Payload,
+    check_item_count,
+    inbox_update_around,
+    parse_approval,
+    parse_clarification,
+    parse_payload,
+)
+
+WALKED_BYTES = 16 * 1024
+"""Smaller payloads are parsed in full: that is cheaper than walking them."""
+MAX_DEPTH = 64
+"""The nesting :func:`bot.protocol.encoding.loads_limited` allows a whole payload."""
+
+_Item = TypeVar("_Item", Approval, Clarification)
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_BLANK = frozenset(" \t\n\r")
+_ITEM_LISTS = ("approvals", "clarifications")
+
+
+@dataclass(frozen=True, slots=True)
+class SeenItem:
+    """One item of a snapshot: the length and hash of its JSON text, and its id."""
+
+    length: int
+    digest: int
+    item_id: str
+
+
+@dataclass(frozen=True)
+class SeenList:
+    """One list of a snapshot's items (its approvals or its clarifications), in order,
+    with the length and hash of their text from the first item's start to the last one's
+    end: a list the next snapshot starts with unchanged costs one comparison in all."""
+
+    items: tuple[SeenItem, ...] = ()
+    ids: tuple[str, ...] = ()
+    length: int = 0
+    digest: int = 0
+
+
+@dataclass(frozen=True)
+class SeenSnapshot:
+    """What is remembered of a sender's snapshot to read its next one.
+
+    The hashes are Python's own, keyed afresh in every process, so a snapshot is only
+    remembered in memory, never stored.
+    """
+
+    approvals: SeenList = SeenList()
+    clarifications: SeenList = SeenList()
+
+    def item_ids(self) -> tuple[str, ...]:
+        """The ids of every item of the snapshot."""
+        return self.approvals.ids + self.clarifications.ids
+
+
+@dataclass(frozen=True)
+class Read:
+    """A payload read with :func:`read_payload`."""
+
+    payload: Payload = field(repr=False)
+    seen: SeenSnapshot | None = field(default=None, repr=False)
+    """What to remember of it to read the sender's next one; None when it was parsed in
+    full (not an ``inbox_update``, or one the walk did not follow)."""
+    texts: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The JSON text of each item parsed anew, by id (to store it without encoding it)."""
+
+
+class _NotFollowed(Exception):
+    """The walk leaves this payload to :func:`parse_payload`."""
+
+
+@dataclass(frozen=True)
+class _New:
+    value: JSON
+    text: str
+    digest: int
+
+
+@dataclass
+class _Walked:
+    """One item list as walked: the items of the previous list it starts with, unchanged
+    (``same``), then each later item, unchanged or new; and the text's span."""
+
+    same: SeenList
+    rest: list[SeenItem | _New]
+    length: int
+    digest: int
+
+
+def read_payload(plaintext: bytes, previous: SeenSnapshot | None) -> Read:
+    """Parse a decrypted payload as :func:`parse_payload` does; for an ``inbox_update``,
+    skip the items ``previous`` (the sender's last snapshot) already holds unchanged.
+
+    Raises :class:`PayloadError` exactly when :func:`parse_payload` would.
+    """
+    if len(plaintext) >= WALKED_BYTES and b'"inbox_update"' in plaintext:
+        try:
+            return _read_inbox_update(plaintext, previous or SeenSnapshot())
+        except (_NotFollowed, PayloadError):
+            pass
+    return Read(parse_payload(plaintext))
+
+
+def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
+    if len(plaintext) > MAX_PAYLOAD_BYTES:
+        raise _NotFollowed
+    try:
+        text = plaintext.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _NotFollowed from exc
+    walk = _Walk(text, previous)
+    pos = _skip(text, 0)
+    payload, pos = walk.object(pos, 1, walk.top_member)
+    if _skip(text, pos) != len(text):
+        raise _NotFollowed
+    version = payload.get("v")
+    if payload.get("kind") != "inbox_update" or not is_int(version) \
+            or version != PAYLOAD_VERSION or walk.lists is None:
+        raise _NotFollowed
+    body = payload["body"]
+    if any(body.get(name) is not None and name not in walk.lists for name in _ITEM_LISTS):
+        raise _NotFollowed  # not a list: refused in full
+    empty = _Walked(SeenList(), [], 0, 0)
+    approvals = walk.lists.get("approvals", empty)
+    clarifications = walk.lists.get("clarifications", empty)
+    check_item_count(len(approvals.same.items) + len(approvals.rest)
+                     + len(clarifications.same.items) + len(clarifications.rest))
+    new_approvals, seen_approvals = _items(approvals, parse_approval)
+    new_clarifications, seen_clarifications = _items(clarifications, parse_clarification)
+    unchanged = [*approvals.same.ids, *clarifications.same.ids]
+    unchanged.extend(entry.item_id for entry in (*approvals.rest, *clarifications.rest)
+                     if isinstance(entry, SeenItem))
+    update = inbox_update_around(
+        body,
+        approvals=tuple(item for item, _ in new_approvals),
+        clarifications=tuple(item for item, _ in new_clarifications),
+        unchanged=tuple(unchanged),
+    )
+    texts = {item.id: text for item, text in new_approvals}
+    texts.update((item.id, text) for item, text in new_clarifications)
+    return Read(update, SeenSnapshot(seen_approvals, seen_clarifications), texts)
+
+
+def _items(
+    walked: _Walked, parse: Callable[[JSON], _Item]
+) -> tuple[list[tuple[_Item, str]], SeenList]:
+    """The new items parsed (each with its text), and the list as it is remembered."""
+    new: list[tuple[_Item, str]] = []
+    rest: list[SeenItem] = []
+    for entry in walked.rest:
+        if isinstance(entry, SeenItem):
+            rest.append(entry)
+            continue
+        item = parse(entry.value)
+        new.append((item, entry.text))
+        rest.append(SeenItem(len(entry.text), entry.digest, item.id))
+    items = walked.same.items + tuple(rest)
+    ids = walked.same.ids + tuple(seen.item_id for seen in rest)
+    return new, SeenList(items, ids, walked.length, walked.digest)
+
+
+class _Walk:
+    """The walk over one payload's text: its object, its body, and the body's item lists."""
+
+    def __init__(self, text: str, previous: SeenSnapshot) -> None:
+        self.text = text
+        self.previous = previous
+        self.lists: dict[str, _Walked] | None = None
+        """The item lists of the body, by name, once the body is found."""
+
+    def object(
+        self, pos: int, depth: int, member: Callable[[str, int, int], tuple[JSON, int]]
+    ) -> tuple[dict[str, JSON], int]:
+        """The object at ``pos`` (at nesting ``depth``), each value read by ``member``."""
+        text = self.text
+        if not text.startswith("{", pos):
+            raise _NotFollowed
+        members: dict[str, JSON] = {}
+        pos = _skip(text, pos + 1)
+        if text.startswith("}", pos):
+            return members, pos + 1
+        while True:
+            key, pos = decode_at(text, pos, max_depth=MAX_DEPTH - depth)
+            if not isinstance(key, str) or key in members:
+                raise _NotFollowed  # a duplicate key: the last one counts, as parsed in full
+            pos = _skip(text, pos)
+            if not text.startswith(":", pos):
+                raise _NotFollowed
+            members[key], pos = member(key, _skip(text, pos + 1), depth)
+            pos = _skip(text, pos)
+            if text.startswith("}", pos):
+                return members, pos + 1
+            if not text.startswith(",", pos):
+                raise _NotFollowed
+            pos = _skip(text, pos + 1)
+
+    def top_member(self, key: str, pos: int, depth: int) -> tuple[JSON, int]:
+        if key != "body" or not self.text.startswith("{", pos):
+            return self.value(key, pos, depth)
+        lists: dict[str, _Walked] = {}
+        self.lists = lists
+
+        def body_member(name: str, at: int, depth: int) -> tuple[JSON, int]:
+            if name in _ITEM_LISTS and self.text.startswith("[", at):
+                lists[name], end = self.items(at, depth + 1, getattr(self.previous, name))
+                return [], end
+            return self.value(name, at, depth)
+
+        return self.object(pos, depth + 1, body_member)
+
+    def value(self, key: str, pos: int, depth: int) -> tuple[JSON, int]:
+        return decode_at(self.text, pos, max_depth=MAX_DEPTH - depth)
+
+    def items(self, pos: int, depth: int, before: SeenList) -> tuple[_Walked, int]:
+        """The list of items at ``pos``: the whole of ``before`` if it starts unchanged,
+        then each item the same text as an item of ``before`` (tried first at its place,
+        after the item matched last) or new."""
+        text = self.text
+        first = pos = _skip(text, pos + 1)
+        last = first
+        same = SeenList()
+        rest: list[SeenItem | _New] = []
+        if text.startswith("]", pos):
+            return _Walked(same, rest, 0, 0), pos + 1
+        expected = 0
+        if before.items and hash(text[pos:pos + before.length]) == before.digest:
+            same, expected = before, len(before.items)
+            pos = last = pos + before.length
+            if not text.startswith(",", pos):
+                pos = _skip(text, pos)
+            if text.startswith("]", pos):
+                return _Walked(same, rest, before.length, before.digest), pos + 1
+            if not text.startswith(",", pos):
+                raise _NotFollowed
+            pos = _skip(text, pos + 1)
+        by_text: dict[tuple[int, int], int] | None = None
+        while True:
+            entry: SeenItem | _New | None = None
+            index: int | None = None
+            if expected < len(before.items):
+                seen = before.items[expected]
+                end = pos + seen.length
+                if end <= len(text) and hash(text[pos:end]) == seen.digest:
+                    index = expected
+            if index is None:
+                value, end = decode_at(text, pos, max_depth=MAX_DEPTH - depth)
+                piece = text[pos:end]
+                digest = hash(piece)
+                if expected < len(before.items):
+                    if by_text is None:
+                        by_text = {(s.length, s.digest): i for i, s in enumerate(before.items)}
+                    index = by_text.get((end - pos, digest))
+                if index is None:
+                    entry = _New(value, piece, digest)
+            if index is not None:
+                entry = before.items[index]
+                expected = index + 1
+            assert entry is not None
+            rest.append(entry)
+            last = end
+            after = text[end:end + 1]
+            if after in _BLANK:
+                end = _skip(text, end)
+                after = text[end:end + 1]
+            if after == "]":
+                return _Walked(same, rest, last - first, hash(text[first:last])), end + 1
+            if after != ",":
+                raise _NotFollowed
+            pos = end + 1
+            if text[pos:pos + 1] in _BLANK:
+                pos = _skip(text, pos)
+
+
+def _skip(text: str, pos: int) -> int:
+    """Past the JSON whitespace at ``pos``."""
+    if text[pos:pos + 1] not in _BLANK:
+        return pos
+    match = _WHITESPACE.match(text, pos)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
