@@ -5,7 +5,9 @@ opened in a thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from bot.bridge import OFF_LOOP_BYTES, Bridge
-from bot.core.model import ItemRow, parse_item
+from bot.core.model import ItemRow, NewItem, parse_item
 from bot.errors import PayloadError
 from bot.protocol.encoding import loads_limited
 from bot.protocol.envelope import seal
@@ -149,7 +151,7 @@ async def test_the_window_lets_a_burst_through_and_then_keeps_its_limit() -> Non
         assert later - ended >= 0.2 - 1e-3  # a fourth only a period after one ended
 
 
-# -- large envelopes opened in a thread ---------------------------------------------------
+# -- large envelopes opened and applied in a thread ---------------------------------------
 
 
 def _sealed(bridge: Bridge, agent: Identity, body: dict[str, Any]) -> dict[str, object]:
@@ -168,6 +170,58 @@ async def test_a_large_envelope_opened_in_a_thread_is_applied_once(
     assert store.items.open_count() == 400
     assert not (await bridge.receive(envelope)).cards  # a replay: dropped
     assert store.items.open_count() == 400
+
+
+async def test_the_loop_serves_others_while_a_large_envelope_is_applied(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    items = [_approval(f"l{i:04d}", summary="x" * 200) for i in range(400)]
+    envelope = _sealed(bridge, agent, _inbox(1, items))
+    seen: list[str] = []
+
+    async def other_chat() -> None:
+        while not seen or seen[-1] != "applied":
+            seen.append(f"tick {store.items.open_count()}")
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(other_chat())
+    await bridge.receive(envelope)
+    seen.append("applied")
+    await ticking
+    assert seen.index("tick 0") < seen.index("applied")
+    # What the loop read meanwhile was the state before the envelope or after it, whole.
+    assert {line for line in seen if line.startswith("tick")} <= {"tick 0", "tick 400"}
+
+
+def test_a_statement_from_another_thread_waits_for_a_transaction_to_end(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    _, agent, store = bridge_and_agent
+    began, read, end = threading.Event(), threading.Event(), threading.Event()
+    found: list[set[str]] = []
+
+    def writer() -> None:
+        with contextlib.suppress(RuntimeError), store.transaction():
+            store.items.add_many(agent.id, [NewItem("w1", "approval", "{}", None, None)],
+                                 now_ms=1)
+            began.set()
+            end.wait()
+            raise RuntimeError("rolled back")
+
+    def reader() -> None:
+        found.append(store.items.held_among(agent.id, ["w1"]))
+        read.set()
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    threads[0].start()
+    began.wait()
+    threads[1].start()
+    assert not read.wait(0.5)  # it waits: it would have seen w1, not yet committed
+    end.set()
+    for thread in threads:
+        thread.join()
+    assert found == [set()]
 
 
 async def test_a_snapshot_does_not_bring_back_an_item_closed_before(
