@@ -230,6 +230,9 @@ class Bridge:
         transaction's commit."""
         ct = raw.get("ct")
         if not isinstance(ct, str) or len(ct) < OFF_LOOP_BYTES:
+            # Deliveries queued behind each other would otherwise run back to back: let
+            # other chats' work in between.
+            await asyncio.sleep(0)
             return self.handle_envelope(raw)
         return await asyncio.to_thread(self.handle_envelope, raw)
 

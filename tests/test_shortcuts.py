@@ -194,6 +194,27 @@ async def test_the_loop_serves_others_while_a_large_envelope_is_applied(
     assert {line for line in seen if line.startswith("tick")} <= {"tick 0", "tick 400"}
 
 
+async def test_small_envelopes_delivered_in_a_row_let_other_work_in_between(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, _ = bridge_and_agent
+    envelopes = [_sealed(bridge, agent, _inbox(rev, [_approval(f"s{rev}")]))
+                 for rev in range(1, 4)]
+    seen: list[str] = []
+
+    async def other_chat() -> None:
+        for _ in range(3):
+            seen.append("other")
+            await asyncio.sleep(0)
+
+    others = asyncio.create_task(other_chat())
+    for envelope in envelopes:
+        await bridge.receive(envelope)
+        seen.append("applied")
+    await others
+    assert seen[:4] == ["other", "applied", "other", "applied"]
+
+
 def test_a_statement_from_another_thread_waits_for_a_transaction_to_end(
     bridge_and_agent: tuple[Bridge, Identity, Store],
 ) -> None:
