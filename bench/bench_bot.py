@@ -7,7 +7,7 @@ over HTTP through ``api_url``.
 1. Latency, one item at a time in one private chat, per-chat pacing off
    (``chat_pace_seconds = 0``): from the agent submitting an approval (its ``inbox_update``
    going through the relay) to the card's ``sendMessage`` reaching the stand-in, and from an
-   injected tap to the decision opened by the agent. PTB's ``AIORateLimiter`` still allows 30
+   injected tap to the decision opened by the agent. The bot's rate limiter still allows 30
    sends and edits per second overall and every item costs two (the card and its edit), so
    items start at least :data:`ITEM_SPACING_S` apart: the numbers are the bot's own path,
    not the limiter's queue. The tap comes once the bot has recorded the card, as a person's
@@ -70,7 +70,7 @@ from bot.testing.agent import Agent
 ITEM_SPACING_S = 0.075
 """Least time between two latency items: two rate-limited calls each stay under 30/s."""
 OVERALL_LIMIT = 30
-"""Telegram's sends per second for one bot (and AIORateLimiter's default)."""
+"""Telegram's sends per second for one bot (and the bot's rate limiter's)."""
 GROUP_LIMIT_PER_MIN = 20
 ITEMS_PER_UPDATE = 1000
 """The protocol's cap on approvals + clarifications in one ``inbox_update``."""

@@ -1,9 +1,10 @@
 """Brings every card in Telegram up to date with the store, paced per chat.
 
 Cards that need posting or editing are rows with a change counter (``cards.dirty``). The
-worker drains them one chat at a time (about one message per second per chat; PTB's
-``AIORateLimiter`` keeps the global and per-group limits), so a burst in one chat never
-starves another. Because the work list is in SQLite, a restart resumes where it stopped.
+worker drains them one chat at a time (about one message per second per chat; the bot's
+rate limiter, :mod:`bot.tg.ratelimit`, keeps the global and per-group limits), so a burst
+in one chat never starves another. Because the work list is in SQLite, a restart resumes
+where it stopped.
 """
 
 from __future__ import annotations
