@@ -139,7 +139,7 @@ class Bot:
         config = self._config
         redact_value(config.token)
         ensure_state_dir(config.state_dir)
-        limiter = BotRateLimiter()
+        limiter = BotRateLimiter(clock=self._clock)
         application = build_application(config, limiter)
         try:
             await application.initialize()
@@ -160,7 +160,7 @@ class Bot:
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
         approvers = ApproverLookup(bot=application.bot, bridge=bridge)
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock, waited=limiter.waited)
+                            clock=self._clock)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, clock=self._clock)
         notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,

@@ -1,6 +1,5 @@
 """The bot's shortcuts give the answers of the long way: remembered parses and maskers,
-the nesting check, commits that skip the disk, the rate limiter's window, envelopes
-opened in a thread."""
+the nesting check, commits that skip the disk, envelopes opened in a thread."""
 
 from __future__ import annotations
 
@@ -32,7 +31,6 @@ from bot.render import Renderer
 from bot.render.masking import MASK, masker
 from bot.render.renderer import RenderedCard
 from bot.store import Store
-from bot.tg.ratelimit import SlidingWindow
 
 
 def _approval(item_id: str, **fields: Any) -> dict[str, Any]:
@@ -128,27 +126,6 @@ def test_a_commit_that_skips_the_disk_still_commits_and_leaves_the_next_one_dura
     assert reopened.chats.title(1) == "One"
     assert reopened.chats.title(2) == ""
     reopened.close()
-
-
-# -- the rate limiter's window ------------------------------------------------------------
-
-
-async def test_the_window_lets_a_burst_through_and_then_keeps_its_limit() -> None:
-    window = SlidingWindow(3, 0.2)
-    loop = asyncio.get_running_loop()
-    starts: list[float] = []
-    ends: list[float] = []
-
-    async def request() -> None:
-        async with window.slot():
-            starts.append(loop.time())
-            await asyncio.sleep(0.01)
-            ends.append(loop.time())
-
-    await asyncio.gather(*(request() for _ in range(7)))
-    assert starts[2] - starts[0] < 0.2  # the first three did not wait for each other
-    for ended, later in zip(ends, starts[3:], strict=False):
-        assert later - ended >= 0.2 - 1e-3  # a fourth only a period after one ended
 
 
 # -- large envelopes opened and applied in a thread ---------------------------------------

@@ -352,3 +352,4 @@ async def test_rate_limits_are_telegrams_when_asked_for() -> None:
             now[0] += 1
             await bot.send_message(ALICE + 30, "a second later")
         assert len(stub.bot_messages(GROUP)) == 21
+        assert stub.throttled == 2

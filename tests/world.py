@@ -146,8 +146,13 @@ def _is_card(message: StoredMessage) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def make_world(tmp: Path, **telegram: Any) -> AsyncIterator[World]:
-    async with TelegramStub(token=TOKEN) as tg, RelayServer(tmp / "relay") as relay:
+async def make_world(tmp: Path, *, stub_on_bot_clock: bool = False,
+                     **telegram: Any) -> AsyncIterator[World]:
+    """``stub_on_bot_clock`` times the stand-in's requests on the bot's clock (which tests
+    move forward) instead of the event loop's."""
+    clock = ShiftedClock()
+    stub = TelegramStub(token=TOKEN, clock=clock.time if stub_on_bot_clock else None)
+    async with stub as tg, RelayServer(tmp / "relay") as relay:
         tg.add_user(ADA, "Ada", "Lovelace", username="ada")
         tg.add_user(BOB, "Bob", "Builder", username="bob")
         tg.add_user(CAROL, "Carol", "Shaw")
@@ -157,7 +162,7 @@ async def make_world(tmp: Path, **telegram: Any) -> AsyncIterator[World]:
         agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
         await agent.start()
         config = parse_config(bot_config(tmp, tg.api_url, **telegram), base=tmp)
-        world = World(tg, relay, agent, tmp, config, ShiftedClock())
+        world = World(tg, relay, agent, tmp, config, clock)
         try:
             yield world
         finally:

@@ -258,6 +258,9 @@ class TelegramStub:
         default the event loop's) times requests."""
         self.token = token
         self.rate_limits = rate_limits
+        self.round_trip = 0.0
+        """Seconds a request takes to reach the stand-in and its answer to come back, half
+        each way, as over a network (loopback takes about nothing)."""
         self._clock = clock
         self.port = port
         self.bot_name = bot_name
@@ -280,6 +283,8 @@ class TelegramStub:
         self._next_query_id = 1
         self._failures: dict[str, list[_Failure]] = {}
         self._paced: list[tuple[float, int]] = []
+        self.throttled = 0
+        """Requests answered 429 by :attr:`rate_limits` (not by :meth:`rate_limit_storm`)."""
         self._files: dict[str, StoredDocument] = {}
         self._changed = _ChangeSignal()
         self._revision = 0
@@ -302,7 +307,9 @@ class TelegramStub:
         self._routes.extend(routes)
 
     async def __aenter__(self) -> TelegramStub:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, so that asyncio sets TCP_NODELAY on the connections it accepts:
+        # without it every answer (headers, then body) waits ~40 ms for a delayed ACK.
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((LOOPBACK, self.port))
@@ -589,6 +596,9 @@ class TelegramStub:
     async def _answer(self, request: Request) -> Response:
         path = request.url.path
         prefix = f"/bot{self.token}/"
+        travel = self.round_trip / 2
+        if travel:
+            await asyncio.sleep(travel)  # still on its way here
         try:
             if not path.startswith("/bot"):
                 raise ApiError(404, "Not Found")
@@ -605,6 +615,8 @@ class TelegramStub:
             payload, status = error.payload(), error.error_code
         finally:
             self._changed.fire()
+        if travel:
+            await asyncio.sleep(travel)
         return JSONResponse(payload, status_code=status)
 
     async def _call(self, method: str, params: dict[str, Any]) -> Any:
@@ -615,7 +627,11 @@ class TelegramStub:
         self._changed.fire()
         if canonical in PACED_METHODS and isinstance(params.get("chat_id"), int):
             if self.rate_limits:
-                self._check_rate(now, params["chat_id"])
+                try:
+                    self._check_rate(now, params["chat_id"])
+                except ApiError:
+                    self.throttled += 1
+                    raise
             self._paced.append((now, params["chat_id"]))
         failures = self._failures.get(method.lower())
         if failures:

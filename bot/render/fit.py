@@ -38,16 +38,17 @@ _PLAIN_KINDS = frozenset(("code", "diff", "json", "command", "path"))
 """Value kinds shown inside ``<pre>`` or ``<code>``, where no link is found."""
 _TRIMMED = " \n"
 # Everything Telegram may turn into an entity by itself, each counted on its own so
-# overlapping candidates are all counted (an over-estimate is the safe side).
+# overlapping candidates are all counted (an over-estimate is the safe side). Each comes
+# with characters any of which a match must hold: without them the pattern is not run.
 _AUTOLINKS = (
-    re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),  # e-mail
-    re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://\S"),  # any scheme
-    re.compile(r"(?<![\w.-])(?:[\w-]+\.)+[^\W\d_]{2,}"),  # a dotted host name
-    re.compile(r"(?<![\d.])\d{1,3}(?:\.\d{1,3}){3}"),  # an IPv4 address
-    re.compile(r"@\w"),  # mention
-    re.compile(r"[#$][\w\u200c\u00b7\u0d80-\u0dff]"),  # hashtag, cashtag
-    re.compile(r"(?<![\w/])/\w"),  # bot command
-    re.compile(r"(?<!\d)\d[\d -]{11,}\d"),  # bank card number
+    (re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "@"),  # e-mail
+    (re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://\S"), ":"),  # any scheme
+    (re.compile(r"(?<![\w.-])(?:[\w-]+\.)+[^\W\d_]{2,}"), "."),  # a dotted host name
+    (re.compile(r"(?<![\d.])\d{1,3}(?:\.\d{1,3}){3}"), "."),  # an IPv4 address
+    (re.compile(r"@\w"), "@"),  # mention
+    (re.compile(r"[#$][\w\u200c\u00b7\u0d80-\u0dff]"), "#$"),  # hashtag, cashtag
+    (re.compile(r"(?<![\w/])/\w"), "/"),  # bot command
+    (re.compile(r"(?<!\d)\d[\d -]{11,}\d"), ""),  # bank card number
 )
 """Each pattern only starts where a candidate can start, so counting stays linear."""
 _MARKDOWN_MARKS = "*_~`"
@@ -92,7 +93,11 @@ def utf16_units(text: str) -> int:
 
 def autolink_count(text: str) -> int:
     """How many entities Telegram might find in ``text`` by itself (an upper bound)."""
-    return sum(len(pattern.findall(text)) for pattern in _AUTOLINKS)
+    return sum(
+        len(pattern.findall(text))
+        for pattern, needs in _AUTOLINKS
+        if not needs or any(mark in text for mark in needs)
+    )
 
 
 def measure(card_html: str) -> Measure:
@@ -293,6 +298,11 @@ def _skeleton_cost(
     masker is part of the key (a view's equality leaves it out)."""
     rendered = measure(render_block(skeleton))
     return rendered.units + 2, rendered.entities
+
+
+def forget_skeletons() -> None:
+    """Forget the remembered skeleton costs (for measuring a first render)."""
+    _skeleton_cost.cache_clear()
 
 
 def _skeletons_with_room(

@@ -4,10 +4,16 @@ PTB's :class:`~telegram.ext.AIORateLimiter` keeps the 20-a-minute limit of each 
 retries after a ``429``; its overall limit is a leaky bucket, which either lets a burst of
 30 through on top of the next second's 30 or, with a bucket of one, makes every request
 within 1/30 s of the previous one wait. A sliding window does neither: a request waits
-only while :data:`OVERALL_LIMIT` requests are under way or ended less than
-:data:`WINDOW_S` ago. Counting from the end of a request (when Telegram has surely
-received it) keeps every second of arrivals at Telegram within the limit, however unevenly
-requests travel.
+only while :data:`OVERALL_LIMIT` requests reached Telegram in the last :data:`WINDOW_S`.
+
+When a request reaches Telegram the sender cannot see, only when it left and when its
+answer came. Counting each until its answer would keep every second at Telegram within
+the limit, but lose the answer's time every second (30 per 1.1 s when answers take
+100 ms). So a request counts from when it left, unless its answer took longer than the
+quickest of the recent ones: then it may have been held up on its way (a busy event loop,
+a slow network) by as much, and counts from that much later. Requests that travel alike
+then keep 30 a second, and one held up does not let the next second's 30 arrive on top of
+it.
 """
 
 from __future__ import annotations
@@ -15,73 +21,105 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from telegram.ext import AIORateLimiter, BaseRateLimiter
 
+from bot.clock import SYSTEM_CLOCK, Clock
+
 OVERALL_LIMIT = 30
-"""Requests naming a chat, under way or ended within :data:`WINDOW_S`."""
-WINDOW_S = 1.0
+"""Requests naming a chat that reach Telegram in any :data:`WINDOW_S`."""
+LEG_MARGIN_S = 0.01
+"""How much quicker one request's way there and another's way back may be than the
+quickest round trip's: the quickest is a sum, and its two halves vary a little."""
+WINDOW_S = 1.0 + LEG_MARGIN_S
+RECENT = 100
+"""Answers whose quickest is taken as the time an answer takes when nothing holds it up."""
 MAX_RETRIES = 3
 
 JSONDict = dict[str, Any]
 Callback = Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]]
 
 
-class SlidingWindow:
-    """At most ``limit`` requests under way or ended in the last ``period`` seconds;
-    waiting requests go in the order they came."""
+class _Request:
+    __slots__ = ("answered", "sent")
 
-    def __init__(self, limit: int, period: float) -> None:
+    def __init__(self, sent: float) -> None:
+        self.sent = sent
+        self.answered: float | None = None
+
+
+class SlidingWindow:
+    """At most ``limit`` requests reaching Telegram in any ``period`` seconds of ``clock``,
+    as far as the sender can tell; waiting requests go in the order they came.
+
+    A request counts from the moment it left, or from its answer less the quickest
+    recent round trip if that is later (see the module's docstring); one still under way
+    counts until it is answered.
+    """
+
+    def __init__(self, limit: int, period: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self._limit = limit
         self._period = period
-        self._ended: collections.deque[float] = collections.deque()
-        self._under_way = 0
+        self._clock = clock
+        self._held: list[_Request] = []
+        self._round_trips: collections.deque[float] = collections.deque(maxlen=RECENT)
         self._lock = asyncio.Lock()
-        self._one_ended = asyncio.Event()
+        self._answer = asyncio.Event()
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Hold one place in the window for the request run inside."""
-        await self._enter()
+        """Count the request run inside from the moment it leaves here."""
+        request = await self._enter()
         try:
             yield
         finally:
-            self._under_way -= 1
-            self._ended.append(asyncio.get_running_loop().time())
-            self._one_ended.set()
+            request.answered = self._clock.time()
+            self._round_trips.append(request.answered - request.sent)
+            self._answer.set()
 
-    async def _enter(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _counted_from(self, request: _Request, quickest: tuple[float, float]) -> float:
+        """When ``request`` may have reached Telegram at the latest, as far as the other
+        answers tell (its own round trip is no measure of how quick an answer can be)."""
+        if request.answered is None:
+            return math.inf
+        round_trip = request.answered - request.sent
+        other = quickest[1] if round_trip == quickest[0] else quickest[0]
+        return max(request.sent, request.answered - other)
+
+    async def _enter(self) -> _Request:
         async with self._lock:
             while True:
-                now = loop.time()
-                while self._ended and self._ended[0] <= now - self._period:
-                    self._ended.popleft()
-                if self._under_way + len(self._ended) < self._limit:
-                    self._under_way += 1
-                    return
-                self._one_ended.clear()
-                if self._ended:
-                    await asyncio.sleep(self._ended[0] + self._period - now)
-                else:  # every place is held by a request under way
-                    await self._one_ended.wait()
+                now = self._clock.time()
+                # The two quickest recent round trips (none known: nothing is quick).
+                two = [*heapq.nsmallest(2, self._round_trips), 0.0, 0.0]
+                quickest = (two[0], two[1])
+                since = now - self._period
+                self._held = [r for r in self._held
+                              if self._counted_from(r, quickest) > since]
+                if len(self._held) < self._limit:
+                    request = _Request(now)
+                    self._held.append(request)
+                    return request
+                # Wait until a place frees up, or an answer moves one.
+                free_at = min(self._counted_from(r, quickest) for r in self._held) \
+                    + self._period
+                self._answer.clear()
+                await self._clock.wait(self._answer, min(free_at - now, self._period))
 
 
 class BotRateLimiter(BaseRateLimiter[int]):
     """PTB's limiter for groups and ``429`` retries, with :class:`SlidingWindow` as the
-    overall limit of requests that name a chat (as PTB applies its own). It also tells how
-    long the last request to a chat waited before it went out (:meth:`waited`)."""
+    overall limit of requests that name a chat (as PTB applies its own); each attempt of a
+    retried request counts once."""
 
-    def __init__(self, limit: int = OVERALL_LIMIT, period: float = WINDOW_S) -> None:
+    def __init__(self, limit: int = OVERALL_LIMIT, period: float = WINDOW_S,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._groups = AIORateLimiter(overall_max_rate=0, max_retries=MAX_RETRIES)
-        self._window = SlidingWindow(limit, period)
-        self._waited: dict[object, float] = {}
-
-    def waited(self, chat_id: int) -> float:
-        """Seconds the last request to ``chat_id`` waited in this limiter."""
-        return self._waited.get(chat_id, 0.0)
+        self._window = SlidingWindow(limit, period, clock)
 
     async def initialize(self) -> None:
         await self._groups.initialize()
@@ -98,16 +136,12 @@ class BotRateLimiter(BaseRateLimiter[int]):
         data: dict[str, Any],
         rate_limit_args: int | None,
     ) -> bool | JSONDict | list[JSONDict]:
-        chat_id = data.get("chat_id")
-        if chat_id is None:
+        if data.get("chat_id") is None:
             return await self._groups.process_request(
                 callback, args, kwargs, endpoint, data, rate_limit_args)
-        loop = asyncio.get_running_loop()
-        arrived = loop.time()
 
         async def windowed(*call_args: Any, **call_kwargs: Any) -> bool | JSONDict | list[JSONDict]:
             async with self._window.slot():
-                self._waited[chat_id] = loop.time() - arrived
                 return await callback(*call_args, **call_kwargs)
 
         return await self._groups.process_request(

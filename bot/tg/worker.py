@@ -1,9 +1,10 @@
 """Brings every card in Telegram up to date with the store, paced per chat.
 
 Cards that need posting or editing are rows with a change counter (``cards.dirty``). The
-worker drains them one chat at a time (about one message per second per chat; PTB's
-``AIORateLimiter`` keeps the global and per-group limits), so a burst in one chat never
-starves another. Because the work list is in SQLite, a restart resumes where it stopped.
+worker drains them one chat at a time (about one message per second per chat; the bot's
+rate limiter, :mod:`bot.tg.ratelimit`, keeps the global and per-group limits), so a burst
+in one chat never starves another. Because the work list is in SQLite, a restart resumes
+where it stopped.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
@@ -45,7 +46,6 @@ class CardWorker:
         renderer: Renderer,
         config: Config,
         clock: Clock,
-        waited: Callable[[int], float] = lambda _chat_id: 0.0,
     ) -> None:
         self._bridge = bridge
         self._view = bridge.view
@@ -53,13 +53,12 @@ class CardWorker:
         self._renderer = renderer
         self._config = config
         self._clock = clock
-        self._waited = waited
-        """How long the last request to a chat waited in the rate limiter."""
         self._wake = asyncio.Event()
         self._chats: dict[int, asyncio.Task[None]] = {}
         self._nudges: dict[int, asyncio.Event] = {}
         """Per chat: set by :meth:`wake` for a drain waiting on its parked cards."""
-        self._last_send: dict[int, float] = {}
+        self._last_answer: dict[int, float] = {}
+        """Per chat: when the answer to its last request came (or the request failed)."""
         self._paused_until = 0.0
         self._stopping = False
         self._failures: dict[int, int] = {}
@@ -166,20 +165,22 @@ class CardWorker:
 
     @contextlib.asynccontextmanager
     async def _paced(self, chat_id: int) -> AsyncIterator[None]:
-        """Keep ``chat_pace_s`` between the starts of two requests to a chat: the moments
-        they left the rate limiter."""
+        """Keep ``chat_pace_s`` between the answer to a chat's previous request and the
+        start of the next. A request reaches Telegram at some moment between its start and
+        its answer, so two never arrive closer than the pace, however unevenly they
+        travel (counting from the start would let a late first and a prompt second
+        arrive closer)."""
         now = self._clock.time()
         wait = max(
-            self._last_send.get(chat_id, 0.0) + self._config.chat_pace_s - now,
+            self._last_answer.get(chat_id, 0.0) + self._config.chat_pace_s - now,
             self._paused_until - now,
         )
         if wait > 0:
             await self._clock.sleep(wait)
-        entered = self._clock.time()
         try:
             yield
         finally:
-            self._last_send[chat_id] = entered + self._waited(chat_id)
+            self._last_answer[chat_id] = self._clock.time()
 
     async def _show(self, card: CardRow) -> None:
         view = self._view
