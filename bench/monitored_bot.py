@@ -10,10 +10,12 @@ saw since the previous report to REPORT (JSON, replaced atomically) and starts a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,8 @@ from bot.config import load_config
 from bot.signals import until_signalled
 
 TICK_S = 0.002
+_spent: contextvars.ContextVar[list[tuple[float, bool]]] = contextvars.ContextVar("spent")
+"""The envelope being received: the CPU seconds applying it took, and whether on the loop."""
 
 
 class Stats:
@@ -33,7 +37,7 @@ class Stats:
         self.max_busy_s = 0.0
         self.envelopes: list[tuple[float, float, float]] = []
         """Of each envelope applied: seconds from its arrival to its changes, CPU seconds
-        of the event loop's thread (its loop time) and of the whole process meanwhile."""
+        spent applying it on the event loop's thread (its loop time) and in all."""
 
     def take(self) -> dict[str, Any]:
         """What was seen so far; starts afresh."""
@@ -60,18 +64,30 @@ async def _run(config_path: str, report: Path) -> None:
     stats = Stats()
     async with Bot(config) as running:
         bridge = running.bridge
-        receive = bridge.receive
+        receive, handle = bridge.receive, bridge.handle_envelope
+        loop_thread = threading.get_ident()
+
+        def timed_handle(raw: dict[str, object]) -> Any:
+            cpu = time.thread_time()
+            try:
+                return handle(raw)
+            finally:
+                _spent.get().append((time.thread_time() - cpu,
+                                     threading.get_ident() == loop_thread))
 
         async def timed(raw: dict[str, object]) -> Any:
-            wall, loop_cpu, cpu = time.perf_counter(), time.thread_time(), time.process_time()
+            spent: list[tuple[float, bool]] = []
+            _spent.set(spent)  # a worker thread gets a copy of this context: the same list
+            wall = time.perf_counter()
             try:
                 return await receive(raw)
             finally:
                 stats.envelopes.append((time.perf_counter() - wall,
-                                        time.thread_time() - loop_cpu,
-                                        time.process_time() - cpu))
+                                        sum(cpu for cpu, on_loop in spent if on_loop),
+                                        sum(cpu for cpu, _ in spent)))
 
         bridge.receive = timed  # type: ignore[method-assign]
+        bridge.handle_envelope = timed_handle  # type: ignore[method-assign]
 
         def write_report() -> None:
             partial = report.with_suffix(".part")
