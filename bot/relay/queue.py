@@ -27,6 +27,7 @@ checking a limit costs no query.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import sqlite3
@@ -251,6 +252,14 @@ class _Usage:
         return None
 
 
+def message_bytes(text: str) -> int:
+    """The length of ``text`` in UTF-8 (lone surrogates count as three bytes), without
+    encoding it when it is ASCII, as envelopes nearly always are."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
     """Forget a key whose count fell to zero (the counters only hold what waits)."""
     if count[key] <= 0:
@@ -261,9 +270,10 @@ def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
 class RelayQueue:
     """Per-recipient envelope queues in one SQLite file.
 
-    Writes (:meth:`apply`, :meth:`purge`) may run in a worker thread, one at a time, while
-    :meth:`pending` reads what is committed through a connection of its own (WAL lets
-    readers run beside the writer).
+    Writes (:meth:`apply`, or :meth:`begin`, :meth:`stage` and :meth:`commit`, and
+    :meth:`purge`) come one at a time, the waits for the lock and the disk possibly in a
+    worker thread, while :meth:`pending` reads what is
+    committed through a connection of its own (WAL lets readers run beside the writer).
     """
 
     def __init__(
@@ -305,29 +315,61 @@ class RelayQueue:
             raise StoreError(f"cannot close the relay queue: {exc}") from exc
 
     def apply(self, batch: Batch, now_ms: int) -> Applied:
-        """Write a batch in one transaction (one disk sync): record who connected, delete
-        acknowledged envelopes, then queue new ones, each with its own result.
+        """Write a batch in one transaction and commit it (one disk sync)."""
+        self.begin()
+        applied = self.stage(batch, now_ms)
+        self.commit()
+        return applied
+
+    def begin(self) -> None:
+        """Start a transaction holding the file's write lock: this waits (up to SQLite's
+        busy timeout) while another connection writes, so it may run in a worker thread;
+        :meth:`stage` then never waits."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+
+    def stage(self, batch: Batch, now_ms: int) -> Applied:
+        """Write a batch in the transaction :meth:`begin` started and leave it open for
+        :meth:`commit`: record who connected, delete acknowledged envelopes, then queue new
+        ones, each with its own result. Nothing of it is durable, nor visible to
+        :meth:`pending`, until then.
 
         An ack names only the id: when two senders used the same id, each ack deletes the
         oldest one, which is the one delivered (and so acknowledged) first.
         """
         usage = self._usage
         try:
-            with self._db:
-                self._db.execute("BEGIN")
-                for recipient in batch.connected:
-                    if recipient not in usage.connected:
-                        self._db.execute(
-                            "INSERT OR IGNORE INTO recipients (id, first_ms) VALUES (?, ?)",
-                            (recipient, now_ms),
-                        )
-                        usage.connected.add(recipient)
-                removed = sum(self._delete(ack) for ack in batch.acks)
-                queued = [self._put_one(item, now_ms) for item in batch.puts]
+            for recipient in batch.connected:
+                if recipient not in usage.connected:
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO recipients (id, first_ms) VALUES (?, ?)",
+                        (recipient, now_ms),
+                    )
+                    usage.connected.add(recipient)
+            removed = sum(self._delete(ack) for ack in batch.acks)
+            queued = [self._put_one(item, now_ms) for item in batch.puts]
         except sqlite3.Error as exc:
-            self._recount()  # rolled back: forget what this transaction changed
+            self._abandon()
             raise StoreError(f"cannot write to the relay queue: {exc}") from exc
         return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
+
+    def commit(self) -> None:
+        """Commit the transaction :meth:`stage` left open: the disk sync. It holds no Python
+        lock while it waits, so it may run in a worker thread while the caller goes on."""
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._abandon()
+            raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+
+    def _abandon(self) -> None:
+        """Roll back a failed transaction and forget what it changed in the counts."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+        self._recount()
 
     def _delete(self, ack: Acknowledged) -> int:
         row = self._db.execute(
@@ -349,7 +391,7 @@ class RelayQueue:
 
     def _put_one(self, item: Incoming, now_ms: int) -> tuple[PutResult, int]:
         """Queue one envelope: the result, and its position when it was queued (else 0)."""
-        size = len(item.body.encode("utf-8"))
+        size = message_bytes(item.body)
         refusal = self._usage.refusal(item, size, self._limits)
         if refusal is not None:
             return PutResult.DUPLICATE if self._contains(item) else refusal, 0

@@ -33,10 +33,12 @@ everything a stranger can make it hold is bounded:
 
 ``sent`` is answered, and an envelope delivered, only once it is committed
 (``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
-deletion. Transactions are written one after another in a worker thread while the event
-loop goes on reading: everything that arrives meanwhile, from every session (envelopes,
-acknowledgements, new sessions), shares the next transaction, so a burst costs one disk
-sync rather than one per frame. Answers keep the order of the frames they answer.
+deletion. There is one writer and one transaction at a time: its statements run on the
+event loop (a few microseconds an envelope), while its waits, for the file's write lock
+and for the disk sync, run in a worker thread as the loop goes on reading. Everything that
+arrives meanwhile, from every session (envelopes, acknowledgements, new sessions), shares
+the next transaction, so a burst costs one disk sync rather than one per frame. Answers
+keep the order of the frames they answer.
 """
 
 from __future__ import annotations
@@ -100,7 +102,15 @@ from bot.relay.limits import (
     ConnectionLimits,
     QueueLimits,
 )
-from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued, RelayQueue
+from bot.relay.queue import (
+    Acknowledged,
+    Batch,
+    Incoming,
+    PutResult,
+    Queued,
+    RelayQueue,
+    message_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -432,7 +442,7 @@ class RelayServer:
         self._batch_written: asyncio.Future[None] | None = None
         """Resolved once the batch now being filled is written (or failed)."""
         self._disk = asyncio.Lock()
-        """Held while the queue writes (a batch in a worker thread, or a purge)."""
+        """Held while the queue writes (a batch, until its commit ends, or a purge)."""
         self._writer: asyncio.Task[None] | None = None
         self._stopping = False
         self._previous_handler: Any = None
@@ -722,9 +732,9 @@ class RelayServer:
             self._batch_written = asyncio.get_running_loop().create_future()
 
     async def _write_batches(self) -> None:
-        """Write batches one after another, each in a worker thread, so that the event loop
-        goes on reading frames (into the next batch) while the disk syncs: everything that
-        arrives meanwhile, from every session, shares the next transaction."""
+        """Write batches one after another, each committed in a worker thread, so that the
+        event loop goes on reading frames (into the next batch) while the disk syncs:
+        everything that arrives meanwhile, from every session, shares the next transaction."""
         while not self._stopping:
             await self._batch_ready.wait()
             self._batch_ready.clear()
@@ -750,7 +760,12 @@ class RelayServer:
         seqs = [0] * len(batch.puts)
         try:
             async with self._disk:
-                applied = await asyncio.to_thread(self._queue.apply, batch, _now_ms())
+                # The waits (for the write lock, for the disk) in a worker thread and the
+                # statements on the loop: the interpreter lock changes hands twice per
+                # transaction rather than at every statement.
+                await asyncio.to_thread(self._queue.begin)
+                applied = self._queue.stage(batch, _now_ms())
+                await asyncio.to_thread(self._queue.commit)
         except StoreError as exc:
             # Acks are lost with it: those envelopes come again, at-least-once holds.
             log.error("relay queue failed: %s", exc)
@@ -895,7 +910,9 @@ def address_key(peer: object) -> str:
 
 
 def _size(message: str | bytes) -> int:
-    return len(message.encode("utf-8", "surrogatepass") if isinstance(message, str) else message)
+    if isinstance(message, str):
+        return message_bytes(message)
+    return len(message)
 
 
 def _peer(ws: ServerConnection) -> str:
