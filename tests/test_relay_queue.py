@@ -85,6 +85,21 @@ def test_acks_make_room_for_puts_in_the_same_batch(tmp_path: Path) -> None:
     queue.close()
 
 
+def test_a_transaction_waits_for_another_writer_only_when_asked_to(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path)
+    other = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    assert not queue.begin(wait=False)  # at once: the relay's event loop never waits here
+    other.execute("ROLLBACK")
+    other.close()
+    assert queue.begin(wait=False)
+    assert queue.stage(Batch(puts=[item(ALICE, 1)]), now_ms=1).results == [QUEUED]
+    assert queue.pending(ALICE) == []  # staged, not committed
+    queue.commit()
+    assert [q.envelope_id for q in queue.pending(ALICE)] == [_id(1)]
+    queue.close()
+
+
 def test_same_id_from_the_same_sender_is_stored_once(tmp_path: Path) -> None:
     queue = open_queue(tmp_path)
     assert put(queue, item(ALICE, 1)) == [QUEUED]

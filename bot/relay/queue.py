@@ -47,6 +47,9 @@ DB_NAME: Final = "relay-queue.sqlite3"
 SCHEMA_VERSION: Final = 3
 """``PRAGMA user_version`` of the current schema; 0 is a new file or the first schema."""
 
+BUSY_TIMEOUT_S: Final = 5.0
+"""How long a write waits for another connection's write lock before it fails."""
+
 DEFAULT_PAGE_BYTES: Final = 4 * MIB
 """How many bytes of bodies :meth:`RelayQueue.pending` loads at once by default."""
 
@@ -291,7 +294,9 @@ class RelayQueue:
         path = data_dir / DB_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            connection = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         try:
@@ -321,14 +326,27 @@ class RelayQueue:
         self.commit()
         return applied
 
-    def begin(self) -> None:
-        """Start a transaction holding the file's write lock: this waits (up to SQLite's
-        busy timeout) while another connection writes, so it may run in a worker thread;
-        :meth:`stage` then never waits."""
+    def begin(self, *, wait: bool = True) -> bool:
+        """Start a transaction holding the file's write lock, for :meth:`stage` (which then
+        never waits). While another connection writes, this waits for it (up to
+        :data:`BUSY_TIMEOUT_S`), so it may run in a worker thread; or, with ``wait=False``,
+        returns ``False`` at once."""
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            if wait:
+                self._db.execute("BEGIN IMMEDIATE")
+                return True
+            self._db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                    return False
+                raise
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+        return True
 
     def stage(self, batch: Batch, now_ms: int) -> Applied:
         """Write a batch in the transaction :meth:`begin` started and leave it open for

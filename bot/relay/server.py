@@ -761,9 +761,10 @@ class RelayServer:
         try:
             async with self._disk:
                 # The waits (for the write lock, for the disk) in a worker thread and the
-                # statements on the loop: the interpreter lock changes hands twice per
-                # transaction rather than at every statement.
-                await asyncio.to_thread(self._queue.begin)
+                # statements on the loop: the interpreter lock changes hands once or twice
+                # per transaction rather than at every statement.
+                if not self._queue.begin(wait=False):
+                    await asyncio.to_thread(self._queue.begin)
                 applied = self._queue.stage(batch, _now_ms())
                 await asyncio.to_thread(self._queue.commit)
         except StoreError as exc:
