@@ -275,8 +275,8 @@ class RelayQueue:
 
     Writes (:meth:`apply`, or :meth:`begin`, :meth:`stage` and :meth:`commit`, and
     :meth:`purge`) come one at a time, the waits for the lock and the disk possibly in a
-    worker thread, while :meth:`pending` reads what is
-    committed through a connection of its own (WAL lets readers run beside the writer).
+    worker thread, while :meth:`pending` reads what is committed through a connection of
+    its own (WAL lets readers run beside the writer).
     """
 
     def __init__(
@@ -339,7 +339,7 @@ class RelayQueue:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:  # or an extended code
                     return False
                 raise
             finally:
