@@ -371,6 +371,9 @@ class RelayQueue:
         except sqlite3.Error as exc:
             self._abandon()
             raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+        except BaseException:
+            self._abandon()  # never leave the transaction open for the next batch
+            raise
         return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
 
     def commit(self) -> None:
