@@ -33,12 +33,11 @@ everything a stranger can make it hold is bounded:
 
 ``sent`` is answered, and an envelope delivered, only once it is committed
 (``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
-deletion. There is one writer and one transaction at a time: its statements run on the
-event loop (a few microseconds an envelope), while its waits, for the file's write lock
-and for the disk sync, run in a worker thread as the loop goes on reading. Everything that
-arrives meanwhile, from every session (envelopes, acknowledgements, new sessions), shares
-the next transaction, so a burst costs one disk sync rather than one per frame. Answers
-keep the order of the frames they answer.
+deletion. There is one writer and one transaction at a time, written in a worker thread
+while the event loop goes on reading: everything that arrives meanwhile, from every session
+(envelopes, acknowledgements, new sessions), shares the next transaction, so a burst costs
+one disk sync, and a handful of statements, rather than one of each per frame. Answers keep
+the order of the frames they answer.
 """
 
 from __future__ import annotations
@@ -443,7 +442,7 @@ class RelayServer:
         """Resolved once the batch now being filled is written (or failed), with a result
         for each envelope in ``_batch.puts``, in the same order."""
         self._disk = asyncio.Lock()
-        """Held while the queue writes (a batch, until its commit ends, or a purge)."""
+        """Held while the queue writes (a batch in a worker thread, or a purge)."""
         self._writer: asyncio.Task[None] | None = None
         self._stopping = False
         self._previous_handler: Any = None
@@ -732,9 +731,9 @@ class RelayServer:
         return self._batch_written
 
     async def _write_batches(self) -> None:
-        """Write batches one after another, each committed in a worker thread, so that the
-        event loop goes on reading frames (into the next batch) while the disk syncs:
-        everything that arrives meanwhile, from every session, shares the next transaction."""
+        """Write batches one after another, each in a worker thread, so that the event loop
+        goes on reading frames (into the next batch) while the disk syncs: everything that
+        arrives meanwhile, from every session, shares the next transaction."""
         while not self._stopping:
             await self._batch_ready.wait()
             self._batch_ready.clear()
@@ -761,13 +760,7 @@ class RelayServer:
         seqs = [0] * len(batch.puts)
         try:
             async with self._disk:
-                # The waits (for the write lock, for the disk) in a worker thread and the
-                # statements on the loop: the interpreter lock changes hands once or twice
-                # per transaction rather than at every statement.
-                if not self._queue.begin(wait=False):
-                    await asyncio.to_thread(self._queue.begin)
-                applied = self._queue.stage(batch, _now_ms())
-                await asyncio.to_thread(self._queue.commit)
+                applied = await asyncio.to_thread(self._queue.apply, batch, _now_ms())
         except StoreError as exc:
             # Acks are lost with it: those envelopes come again, at-least-once holds.
             log.error("relay queue failed: %s", exc)
