@@ -74,6 +74,11 @@ CREATE TABLE contacts (
 ) WITHOUT ROWID;
 """
 # ``body`` comes last so that reading the other columns never loads its overflow pages.
+_INDEXES = """
+CREATE INDEX queue_by_recipient ON queue (recipient, seq, size);
+CREATE INDEX queue_by_envelope ON queue (recipient, envelope_id);
+CREATE INDEX queue_by_age ON queue (queued_ms);
+"""
 _FIND_ACKED = (
     "SELECT json_group_array(json_array(q.seq, q.recipient, q.sender, q.address, q.size))"
     " FROM json_each(?) AS a JOIN queue AS q ON q.seq = (SELECT seq FROM queue"
@@ -88,11 +93,6 @@ _INSERT_MANY = (
 _ROW = "(?, ?, ?, ?, ?, ?, ?)"
 INSERT_CHUNK: Final = 500
 """Envelopes queued by one statement at most."""
-_INDEXES = """
-CREATE INDEX queue_by_recipient ON queue (recipient, seq, size);
-CREATE INDEX queue_by_envelope ON queue (recipient, envelope_id);
-CREATE INDEX queue_by_age ON queue (queued_ms);
-"""
 _COPY_FROM = {
     1: "SELECT seq, recipient, COALESCE(json_extract(body, '$.from'), ''), '', envelope_id,"
     " length(CAST(body AS BLOB)), queued_ms, body FROM queue_old",
