@@ -85,6 +85,43 @@ def test_acks_make_room_for_puts_in_the_same_batch(tmp_path: Path) -> None:
     queue.close()
 
 
+def test_a_batch_holding_envelopes_already_waiting(tmp_path: Path) -> None:
+    # Queued together, then again one by one when one of them was already waiting: the
+    # results, positions and limits are those of one envelope at a time.
+    queue = open_queue(tmp_path, QueueLimits(recipient_count=3))
+    assert put(queue, item(ALICE, 1)) == [QUEUED]
+    batch = [item(ALICE, 1), item(ALICE, 2), item(ALICE, 3), item(ALICE, 2), item(ALICE, 4)]
+    applied = queue.apply(Batch(puts=batch), now_ms=2)
+    duplicate, full = PutResult.DUPLICATE, PutResult.FULL
+    assert applied.results == [duplicate, QUEUED, QUEUED, duplicate, full]
+    waiting_now = queue.pending(ALICE)
+    assert [q.envelope_id for q in waiting_now] == [_id(1), _id(2), _id(3)]
+    assert applied.seqs[1:3] == [q.seq for q in waiting_now[1:]]
+    fresh = queue.apply(Batch(puts=[item(BOB, 5), item(BOB, 6), item(BOB, 5)]), now_ms=3)
+    assert fresh.results == [QUEUED, QUEUED, duplicate]
+    assert fresh.seqs[:2] == [q.seq for q in queue.pending(BOB)]
+    queue.close()
+    reopened = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_count=3))
+    assert put(reopened, item(ALICE, 4)) == [full]  # counted alike from the file
+    reopened.close()
+
+
+def test_acks_for_several_recipients_in_one_batch(tmp_path: Path) -> None:
+    queue = open_queue(tmp_path, seen=ALICE + BOB + MALLORY)
+    put(queue, item(ALICE, 1), item(ALICE, 2), item(BOB, 1), item(BOB, 3, sender=MALLORY))
+    newer = queue.apply(Batch(puts=[item(BOB, 3, sender=ALICE)]), now_ms=1).seqs[0]
+    acks = [(ALICE, 2), (BOB, 1), (ALICE, 9), (BOB, 3)]
+    batch = Batch(acks=[Acknowledged(recipient, _id(n)) for recipient, n in acks])
+    assert queue.apply(batch, now_ms=2).removed == 3
+    assert [q.envelope_id for q in queue.pending(ALICE)] == [_id(1)]
+    assert [q.seq for q in queue.pending(BOB)] == [newer]  # the same id from another sender
+    again = Batch(acks=[Acknowledged(BOB, _id(3)), Acknowledged(BOB, _id(3))])
+    assert queue.apply(again, now_ms=3).removed == 1
+    assert waiting(queue, BOB) == (0, 0)
+    assert waiting(queue, ALICE) == (1, 1)
+    queue.close()
+
+
 def test_same_id_from_the_same_sender_is_stored_once(tmp_path: Path) -> None:
     queue = open_queue(tmp_path)
     assert put(queue, item(ALICE, 1)) == [QUEUED]

@@ -27,7 +27,9 @@ checking a limit costs no query.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import json
 import logging
 import sqlite3
 from collections import Counter
@@ -45,6 +47,9 @@ _K = TypeVar("_K")
 DB_NAME: Final = "relay-queue.sqlite3"
 SCHEMA_VERSION: Final = 3
 """``PRAGMA user_version`` of the current schema; 0 is a new file or the first schema."""
+
+BUSY_TIMEOUT_S: Final = 5.0
+"""How long a write waits for another connection's write lock before it fails."""
 
 DEFAULT_PAGE_BYTES: Final = 4 * MIB
 """How many bytes of bodies :meth:`RelayQueue.pending` loads at once by default."""
@@ -74,6 +79,20 @@ CREATE INDEX queue_by_recipient ON queue (recipient, seq, size);
 CREATE INDEX queue_by_envelope ON queue (recipient, envelope_id);
 CREATE INDEX queue_by_age ON queue (queued_ms);
 """
+_FIND_ACKED = (
+    "SELECT json_group_array(json_array(q.seq, q.recipient, q.sender, q.address, q.size))"
+    " FROM json_each(?) AS a JOIN queue AS q ON q.seq = (SELECT seq FROM queue"
+    " WHERE recipient = json_extract(a.value, '$[0]')"
+    " AND envelope_id = json_extract(a.value, '$[1]') ORDER BY seq LIMIT 1)"
+)
+"""The oldest waiting envelope for each (recipient, id) in a JSON list, as one JSON list."""
+_INSERT_MANY = (
+    "INSERT OR IGNORE INTO queue"
+    " (recipient, sender, address, envelope_id, size, queued_ms, body) VALUES "
+)
+_ROW = "(?, ?, ?, ?, ?, ?, ?)"
+INSERT_CHUNK: Final = 500
+"""Envelopes queued by one statement at most."""
 _COPY_FROM = {
     1: "SELECT seq, recipient, COALESCE(json_extract(body, '$.from'), ''), '', envelope_id,"
     " length(CAST(body AS BLOB)), queued_ms, body FROM queue_old",
@@ -251,6 +270,14 @@ class _Usage:
         return None
 
 
+def message_bytes(text: str) -> int:
+    """The length of ``text`` in UTF-8 (lone surrogates count as three bytes), without
+    encoding it when it is ASCII, as envelopes nearly always are."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
     """Forget a key whose count fell to zero (the counters only hold what waits)."""
     if count[key] <= 0:
@@ -281,7 +308,9 @@ class RelayQueue:
         path = data_dir / DB_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            connection = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         try:
@@ -308,26 +337,116 @@ class RelayQueue:
         """Write a batch in one transaction (one disk sync): record who connected, delete
         acknowledged envelopes, then queue new ones, each with its own result.
 
+        A batch takes a handful of statements however many envelopes it holds, so that
+        when it runs in a worker thread the interpreter lock changes hands a few times per
+        transaction rather than at every envelope. While another connection writes, this
+        waits for it (up to :data:`BUSY_TIMEOUT_S`).
+
         An ack names only the id: when two senders used the same id, each ack deletes the
         oldest one, which is the one delivered (and so acknowledged) first.
         """
         usage = self._usage
         try:
-            with self._db:
-                self._db.execute("BEGIN")
-                for recipient in batch.connected:
-                    if recipient not in usage.connected:
-                        self._db.execute(
-                            "INSERT OR IGNORE INTO recipients (id, first_ms) VALUES (?, ?)",
-                            (recipient, now_ms),
-                        )
-                        usage.connected.add(recipient)
-                removed = sum(self._delete(ack) for ack in batch.acks)
-                queued = [self._put_one(item, now_ms) for item in batch.puts]
+            self._db.execute("BEGIN IMMEDIATE")
+            for recipient in batch.connected:
+                if recipient not in usage.connected:
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO recipients (id, first_ms) VALUES (?, ?)",
+                        (recipient, now_ms),
+                    )
+                    usage.connected.add(recipient)
+            removed = self._delete_all(batch.acks)
+            queued = self._put_all(batch.puts, now_ms)
+            self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._recount()  # rolled back: forget what this transaction changed
+            self._abandon()
             raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+        except BaseException:
+            self._abandon()  # never leave the transaction open for the next batch
+            raise
         return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
+
+    def _abandon(self) -> None:
+        """Roll back a failed transaction and forget what it changed in the counts."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+        self._recount()
+
+    def _delete_all(self, acks: list[Acknowledged]) -> int:
+        """Delete acknowledged envelopes with a few statements for the whole batch, or one
+        by one when a recipient acknowledges one id twice (each deletes the next oldest)."""
+        keys = [(ack.recipient, ack.envelope_id) for ack in acks]
+        if len(keys) < 2 or len(set(keys)) < len(keys):
+            return sum(self._delete(ack) for ack in acks)
+        (found,) = self._db.execute(_FIND_ACKED, (json.dumps(keys),)).fetchone()
+        rows: list[tuple[int, str, str, str, int]] = json.loads(found)
+        if not rows:
+            return 0
+        self._db.execute(
+            "DELETE FROM queue WHERE seq IN (SELECT value FROM json_each(?))",
+            (json.dumps([row[0] for row in rows]),),
+        )
+        contacts = []
+        for _, recipient, sender, address, size in rows:
+            self._usage.remove(recipient, sender, address, size)
+            if self._usage.add_contact(recipient, sender):
+                contacts.append((recipient, sender))
+        if contacts:
+            self._db.execute(
+                "INSERT OR IGNORE INTO contacts (recipient, sender)"
+                " SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')"
+                " FROM json_each(?)",
+                (json.dumps(contacts),),
+            )
+        return len(rows)
+
+    def _put_all(self, items: list[Incoming], now_ms: int) -> list[tuple[PutResult, int]]:
+        """Queue envelopes in order, each with its result and position, those within the
+        limits with one statement; if one of them turns out to be waiting already, all of
+        them again one by one (the limits then count it as :meth:`_put_one` does)."""
+        if len(items) < 2:
+            return [self._put_one(item, now_ms) for item in items]
+        results: list[tuple[PutResult, int]] = []
+        rows: list[tuple[str, str, str, str, int, int, str]] = []
+        places: list[int] = []
+        keys: set[tuple[str, str, str]] = set()
+        for item in items:
+            key = (item.recipient, item.sender, item.envelope_id)
+            if key in keys:
+                results.append((PutResult.DUPLICATE, 0))  # already in this batch
+                continue
+            size = message_bytes(item.body)
+            refusal = self._usage.refusal(item, size, self._limits)
+            if refusal is not None:
+                results.append((PutResult.DUPLICATE if self._contains(item) else refusal, 0))
+                continue
+            self._usage.add(item.recipient, item.sender, item.address, size)
+            keys.add(key)
+            places.append(len(results))
+            results.append((PutResult.QUEUED, 0))
+            row = (item.recipient, item.sender, item.address, item.envelope_id, size, now_ms)
+            rows.append((*row, item.body))
+        if not rows:
+            return results
+        self._db.execute("SAVEPOINT puts")
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start : start + INSERT_CHUNK]
+            cursor = self._db.execute(
+                _INSERT_MANY + ", ".join([_ROW] * len(chunk)),
+                [value for row in chunk for value in row],
+            )
+            if cursor.rowcount != len(chunk):
+                self._db.execute("ROLLBACK TO puts")
+                self._db.execute("RELEASE puts")
+                for recipient, sender, address, _, size, _, _ in rows:
+                    self._usage.remove(recipient, sender, address, size)
+                return [self._put_one(item, now_ms) for item in items]
+            last = int(cursor.lastrowid or 0)
+            for offset, place in enumerate(places[start : start + INSERT_CHUNK]):
+                results[place] = (PutResult.QUEUED, last - len(chunk) + 1 + offset)
+        self._db.execute("RELEASE puts")
+        return results
 
     def _delete(self, ack: Acknowledged) -> int:
         row = self._db.execute(
@@ -349,7 +468,7 @@ class RelayQueue:
 
     def _put_one(self, item: Incoming, now_ms: int) -> tuple[PutResult, int]:
         """Queue one envelope: the result, and its position when it was queued (else 0)."""
-        size = len(item.body.encode("utf-8"))
+        size = message_bytes(item.body)
         refusal = self._usage.refusal(item, size, self._limits)
         if refusal is not None:
             return PutResult.DUPLICATE if self._contains(item) else refusal, 0

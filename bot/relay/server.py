@@ -33,10 +33,11 @@ everything a stranger can make it hold is bounded:
 
 ``sent`` is answered, and an envelope delivered, only once it is committed
 (``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
-deletion. Transactions are written one after another in a worker thread while the event
-loop goes on reading: everything that arrives meanwhile, from every session (envelopes,
-acknowledgements, new sessions), shares the next transaction, so a burst costs one disk
-sync rather than one per frame. Answers keep the order of the frames they answer.
+deletion. There is one writer and one transaction at a time, written in a worker thread
+while the event loop goes on reading: everything that arrives meanwhile, from every session
+(envelopes, acknowledgements, new sessions), shares the next transaction, so a burst costs
+one disk sync, and a handful of statements, rather than one of each per frame. Answers keep
+the order of the frames they answer.
 """
 
 from __future__ import annotations
@@ -100,7 +101,15 @@ from bot.relay.limits import (
     ConnectionLimits,
     QueueLimits,
 )
-from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued, RelayQueue
+from bot.relay.queue import (
+    Acknowledged,
+    Batch,
+    Incoming,
+    PutResult,
+    Queued,
+    RelayQueue,
+    message_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -337,10 +346,12 @@ class _Session:
 
 @dataclass(eq=False)
 class _PendingSend:
-    """A ``send`` waiting for the transaction that queues it; ``None`` if the store failed."""
+    """A ``send`` waiting for the transaction that queues it: the batch's results, which
+    come all at once (each ``None`` if the store failed), and its place among them."""
 
     envelope_id: str
-    result: asyncio.Future[PutResult | None]
+    results: asyncio.Future[list[PutResult | None]]
+    index: int
 
 
 @dataclass(frozen=True)
@@ -426,11 +437,10 @@ class RelayServer:
         self._sessions: dict[str, _Session] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._batch = Batch()
-        self._waiting: list[asyncio.Future[PutResult | None]] = []
-        """One future per envelope in ``_batch.puts``, in the same order."""
         self._batch_ready = asyncio.Event()
-        self._batch_written: asyncio.Future[None] | None = None
-        """Resolved once the batch now being filled is written (or failed)."""
+        self._batch_written: asyncio.Future[list[PutResult | None]] | None = None
+        """Resolved once the batch now being filled is written (or failed), with a result
+        for each envelope in ``_batch.puts``, in the same order."""
         self._disk = asyncio.Lock()
         """Held while the queue writes (a batch in a worker thread, or a purge)."""
         self._writer: asyncio.Task[None] | None = None
@@ -708,18 +718,17 @@ class RelayServer:
         item = Incoming(
             envelope.recipient, envelope.sender, envelope.id, body, address=session.ws.address
         )
-        future: asyncio.Future[PutResult | None] = asyncio.get_running_loop().create_future()
-        self._schedule_commit()
+        results = self._schedule_commit()
         self._batch.puts.append(item)
-        self._waiting.append(future)
-        return _PendingSend(envelope.id, future)
+        return _PendingSend(envelope.id, results, len(self._batch.puts) - 1)
 
-    def _schedule_commit(self) -> None:
+    def _schedule_commit(self) -> asyncio.Future[list[PutResult | None]]:
         """Make sure the batch is written: by the next transaction, once the one being
-        written (if any) is committed."""
+        written (if any) is committed. Returns the future of its results."""
         self._batch_ready.set()
         if self._batch_written is None:
             self._batch_written = asyncio.get_running_loop().create_future()
+        return self._batch_written
 
     async def _write_batches(self) -> None:
         """Write batches one after another, each in a worker thread, so that the event loop
@@ -735,18 +744,19 @@ class RelayServer:
         """Write everything that arrived since the last call in one transaction (one disk
         sync), then answer the senders and hand the envelopes to their recipients."""
         batch, self._batch = self._batch, Batch()
-        waiting, self._waiting = self._waiting, []
         written, self._batch_written = self._batch_written, None
+        results: list[PutResult | None] = [None] * len(batch.puts)
         try:
-            await self._write(batch, waiting)
+            results = await self._write(batch)
         finally:
             if written is not None and not written.done():
-                written.set_result(None)
+                written.set_result(results)
 
-    async def _write(self, batch: Batch, waiting: list[asyncio.Future[PutResult | None]]) -> None:
-        if not batch or self._queue is None:
-            return
+    async def _write(self, batch: Batch) -> list[PutResult | None]:
+        """Write a batch; a result for each envelope in it (``None`` if the store failed)."""
         results: list[PutResult | None] = [None] * len(batch.puts)
+        if not batch or self._queue is None:
+            return results
         seqs = [0] * len(batch.puts)
         try:
             async with self._disk:
@@ -758,12 +768,11 @@ class RelayServer:
             results, seqs = list(applied.results), applied.seqs
             if applied.removed < len(batch.acks):
                 log.debug("%d acks for envelopes not queued", len(batch.acks) - applied.removed)
-        for item, future, result, seq in zip(batch.puts, waiting, results, seqs, strict=True):
-            if not future.done():
-                future.set_result(result)
+        for item, result, seq in zip(batch.puts, results, seqs, strict=True):
             recipient = self._sessions.get(item.recipient)
             if result is PutResult.QUEUED and recipient is not None:
                 recipient.hand_over(Queued(seq, item.envelope_id, _size(item.body), item.body))
+        return results
 
     async def _answer(self, session: _Session) -> None:
         """Send the answers to the session's frames in order, each once it is known."""
@@ -773,7 +782,10 @@ class RelayServer:
                 await session.ws.close(answer.code, answer.reason)
                 return
             if isinstance(answer, _PendingSend):
-                answer = self._send_answer(session.id, answer.envelope_id, await answer.result)
+                if not answer.results.done():
+                    await asyncio.shield(answer.results)  # shared by the batch: never cancel it
+                result = answer.results.result()[answer.index]
+                answer = self._send_answer(session.id, answer.envelope_id, result)
             await session.ws.send(answer)
 
     async def _close_when_idle(self, session: _Session) -> None:
@@ -783,7 +795,9 @@ class RelayServer:
         log.info("closing idle session %s", session.id)
         await session.ws.close(CLOSE_NORMAL, "idle")
 
-    async def _deliver(self, session: _Session, written: asyncio.Future[None] | None) -> None:
+    async def _deliver(
+        self, session: _Session, written: asyncio.Future[list[PutResult | None]] | None
+    ) -> None:
         """Stream the session's queue, oldest first, then whatever arrives for it; at most
         ``DELIVER_WINDOW`` deliveries wait for their acks at any time.
 
@@ -895,7 +909,9 @@ def address_key(peer: object) -> str:
 
 
 def _size(message: str | bytes) -> int:
-    return len(message.encode("utf-8", "surrogatepass") if isinstance(message, str) else message)
+    if isinstance(message, str):
+        return message_bytes(message)
+    return len(message)
 
 
 def _peer(ws: ServerConnection) -> str:
