@@ -276,11 +276,10 @@ class Bridge:
             self._store.outbox.remember(envelope_id, ts_ms, now)
 
     def _known_cards(self) -> dict[str, PublicCard]:
-        cards = {peer.agent_id: PublicCard.from_json(json.loads(peer.card_json))
+        cards = {peer.agent_id: _stored_card(peer.card_json)
                  for peer in self._store.agents.peers()}
         for pairing in self._pending_pairings():
-            cards.setdefault(pairing.agent_id,
-                             PublicCard.from_json(json.loads(pairing.card_json)))
+            cards.setdefault(pairing.agent_id, _stored_card(pairing.card_json))
         return cards
 
     def _apply(
@@ -915,6 +914,13 @@ REFUSALS = {
     "bad_proof": "the link's secret does not match",
 }
 """What each ``pair_reject`` reason means, for people."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_card(card_json: str) -> PublicCard:
+    """A peer's card as the store keeps it (checked again only when its text changes: every
+    envelope needs the cards of all peers)."""
+    return PublicCard.from_json(json.loads(card_json))
 
 
 def item_body(item: Approval | Clarification) -> str:

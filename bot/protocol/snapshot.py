@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from json import decoder as json_decoder
 from typing import TypeVar
 
 from bot.errors import PayloadError
@@ -40,6 +41,7 @@ MAX_DEPTH = 64
 """The nesting :func:`bot.protocol.encoding.loads_limited` allows a whole payload."""
 
 _Item = TypeVar("_Item", Approval, Clarification)
+_scan_string: Callable[[str, int], tuple[str, int]] = json_decoder.scanstring  # type: ignore[attr-defined]  # the json module's own, untyped
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _BLANK = frozenset(" \t\n\r")
 _ITEM_LISTS = ("approvals", "clarifications")
@@ -209,8 +211,8 @@ class _Walk:
         if text.startswith("}", pos):
             return members, pos + 1
         while True:
-            key, pos = decode_at(text, pos, max_depth=MAX_DEPTH - depth)
-            if not isinstance(key, str) or key in members:
+            key, pos = _key_at(text, pos)
+            if key in members:
                 raise _NotFollowed  # a duplicate key: the last one counts, as parsed in full
             pos = _skip(text, pos)
             if not text.startswith(":", pos):
@@ -298,6 +300,20 @@ class _Walk:
             pos = end + 1
             if text[pos:pos + 1] in _BLANK:
                 pos = _skip(text, pos)
+
+
+def _key_at(text: str, pos: int) -> tuple[str, int]:
+    """The member name at ``pos``, and where it ends. Names that are not plain ASCII are
+    left to the full parse (which refuses lone surrogates in them)."""
+    if not text.startswith('"', pos):
+        raise _NotFollowed
+    try:
+        key, end = _scan_string(text, pos + 1)
+    except ValueError as exc:
+        raise _NotFollowed from exc
+    if not key.isascii():
+        raise _NotFollowed
+    return key, end
 
 
 def _skip(text: str, pos: int) -> int:
