@@ -15,6 +15,7 @@ in full by it instead.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from json import decoder as json_decoder
@@ -47,23 +48,20 @@ _BLANK = frozenset(" \t\n\r")
 _ITEM_LISTS = ("approvals", "clarifications")
 
 
-@dataclass(frozen=True, slots=True)
-class SeenItem:
-    """One item of a snapshot: the length and hash of its JSON text, and its id."""
-
-    length: int
-    digest: int
-    item_id: str
+def _numbers() -> array[int]:
+    return array("q")
 
 
 @dataclass(frozen=True)
 class SeenList:
-    """One list of a snapshot's items (its approvals or its clarifications), in order,
-    with the length and hash of their text from the first item's start to the last one's
-    end: a list the next snapshot starts with unchanged costs one comparison in all."""
+    """One list of a snapshot's items (its approvals or its clarifications), in order: each
+    item's id, and the length and hash of its JSON text; and the length and hash of the
+    text from the first item's start to the last one's end, so that a list the next
+    snapshot starts with unchanged costs one comparison in all. Never changed once made."""
 
-    items: tuple[SeenItem, ...] = ()
     ids: tuple[str, ...] = ()
+    lengths: array[int] = field(default_factory=_numbers)
+    digests: array[int] = field(default_factory=_numbers)
     length: int = 0
     digest: int = 0
 
@@ -76,8 +74,8 @@ class SeenSnapshot:
     remembered in memory, never stored.
     """
 
-    approvals: SeenList = SeenList()
-    clarifications: SeenList = SeenList()
+    approvals: SeenList = field(default_factory=SeenList)
+    clarifications: SeenList = field(default_factory=SeenList)
 
     def item_ids(self) -> tuple[str, ...]:
         """The ids of every item of the snapshot."""
@@ -109,13 +107,24 @@ class _New:
 
 @dataclass
 class _Walked:
-    """One item list as walked: the items of the previous list it starts with, unchanged
-    (``same``), then each later item, unchanged or new; and the text's span."""
+    """One item list as walked against the previous one (``before``): whether it starts
+    with all of it unchanged (``same``), then each later item, new or the same as the
+    item of ``before`` at an index; and the text's span."""
 
-    same: SeenList
-    rest: list[SeenItem | _New]
+    before: SeenList
+    same: bool
+    rest: list[int | _New]
     length: int
     digest: int
+
+    def count(self) -> int:
+        return (len(self.before.ids) if self.same else 0) + len(self.rest)
+
+    def unchanged(self) -> list[str]:
+        ids = self.before.ids
+        found = list(ids) if self.same else []
+        found.extend(ids[entry] for entry in self.rest if isinstance(entry, int))
+        return found
 
 
 def read_payload(plaintext: bytes, previous: SeenSnapshot | None) -> Read:
@@ -151,16 +160,13 @@ def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
     body = payload["body"]
     if any(body.get(name) is not None and name not in walk.lists for name in _ITEM_LISTS):
         raise _NotFollowed  # not a list: refused in full
-    empty = _Walked(SeenList(), [], 0, 0)
+    empty = _Walked(SeenList(), False, [], 0, 0)
     approvals = walk.lists.get("approvals", empty)
     clarifications = walk.lists.get("clarifications", empty)
-    check_item_count(len(approvals.same.items) + len(approvals.rest)
-                     + len(clarifications.same.items) + len(clarifications.rest))
+    check_item_count(approvals.count() + clarifications.count())
     new_approvals, seen_approvals = _items(approvals, parse_approval)
     new_clarifications, seen_clarifications = _items(clarifications, parse_clarification)
-    unchanged = [*approvals.same.ids, *clarifications.same.ids]
-    unchanged.extend(entry.item_id for entry in (*approvals.rest, *clarifications.rest)
-                     if isinstance(entry, SeenItem))
+    unchanged = approvals.unchanged() + clarifications.unchanged()
     update = inbox_update_around(
         body,
         approvals=tuple(item for item, _ in new_approvals),
@@ -176,18 +182,25 @@ def _items(
     walked: _Walked, parse: Callable[[JSON], _Item]
 ) -> tuple[list[tuple[_Item, str]], SeenList]:
     """The new items parsed (each with its text), and the list as it is remembered."""
+    before = walked.before
     new: list[tuple[_Item, str]] = []
-    rest: list[SeenItem] = []
+    if walked.same:
+        ids, lengths, digests = list(before.ids), array("q", before.lengths), \
+            array("q", before.digests)
+    else:
+        ids, lengths, digests = [], array("q"), array("q")
     for entry in walked.rest:
-        if isinstance(entry, SeenItem):
-            rest.append(entry)
+        if isinstance(entry, int):
+            ids.append(before.ids[entry])
+            lengths.append(before.lengths[entry])
+            digests.append(before.digests[entry])
             continue
         item = parse(entry.value)
         new.append((item, entry.text))
-        rest.append(SeenItem(len(entry.text), entry.digest, item.id))
-    items = walked.same.items + tuple(rest)
-    ids = walked.same.ids + tuple(seen.item_id for seen in rest)
-    return new, SeenList(items, ids, walked.length, walked.digest)
+        ids.append(item.id)
+        lengths.append(len(entry.text))
+        digests.append(entry.digest)
+    return new, SeenList(tuple(ids), lengths, digests, walked.length, walked.digest)
 
 
 class _Walk:
@@ -249,44 +262,41 @@ class _Walk:
         text = self.text
         first = pos = _skip(text, pos + 1)
         last = first
-        same = SeenList()
-        rest: list[SeenItem | _New] = []
+        rest: list[int | _New] = []
         if text.startswith("]", pos):
-            return _Walked(same, rest, 0, 0), pos + 1
-        expected = 0
-        if before.items and hash(text[pos:pos + before.length]) == before.digest:
-            same, expected = before, len(before.items)
+            return _Walked(before, False, rest, 0, 0), pos + 1
+        count = len(before.ids)
+        expected, same = 0, False
+        if count and hash(text[pos:pos + before.length]) == before.digest:
+            expected, same = count, True
             pos = last = pos + before.length
             if not text.startswith(",", pos):
                 pos = _skip(text, pos)
             if text.startswith("]", pos):
-                return _Walked(same, rest, before.length, before.digest), pos + 1
+                return _Walked(before, True, rest, before.length, before.digest), pos + 1
             if not text.startswith(",", pos):
                 raise _NotFollowed
             pos = _skip(text, pos + 1)
+        lengths, digests = before.lengths, before.digests
         by_text: dict[tuple[int, int], int] | None = None
         while True:
-            entry: SeenItem | _New | None = None
-            index: int | None = None
-            if expected < len(before.items):
-                seen = before.items[expected]
-                end = pos + seen.length
-                if end <= len(text) and hash(text[pos:end]) == seen.digest:
-                    index = expected
-            if index is None:
+            entry: int | _New | None = None
+            if expected < count:
+                end = pos + lengths[expected]
+                if end <= len(text) and hash(text[pos:end]) == digests[expected]:
+                    entry = expected
+            if entry is None:
                 value, end = decode_at(text, pos, max_depth=MAX_DEPTH - depth)
                 piece = text[pos:end]
                 digest = hash(piece)
-                if expected < len(before.items):
+                if expected < count:
                     if by_text is None:
-                        by_text = {(s.length, s.digest): i for i, s in enumerate(before.items)}
-                    index = by_text.get((end - pos, digest))
-                if index is None:
+                        by_text = {key: i for i, key in enumerate(zip(lengths, digests))}
+                    entry = by_text.get((end - pos, digest))
+                if entry is None:
                     entry = _New(value, piece, digest)
-            if index is not None:
-                entry = before.items[index]
-                expected = index + 1
-            assert entry is not None
+            if isinstance(entry, int):
+                expected = entry + 1
             rest.append(entry)
             last = end
             after = text[end:end + 1]
@@ -294,7 +304,7 @@ class _Walk:
                 end = _skip(text, end)
                 after = text[end:end + 1]
             if after == "]":
-                return _Walked(same, rest, last - first, hash(text[first:last])), end + 1
+                return _Walked(before, same, rest, last - first, hash(text[first:last])), end + 1
             if after != ",":
                 raise _NotFollowed
             pos = end + 1
