@@ -291,7 +291,8 @@ class _Walk:
                 digest = hash(piece)
                 if expected < count:
                     if by_text is None:
-                        by_text = {key: i for i, key in enumerate(zip(lengths, digests))}
+                        by_text = {key: i for i, key
+                                   in enumerate(zip(lengths, digests, strict=True))}
                     entry = by_text.get((end - pos, digest))
                 if entry is None:
                     entry = _New(value, piece, digest)
