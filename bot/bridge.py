@@ -869,8 +869,12 @@ class Bridge:
     # -- Telegram's updates, held until handled (bot.tg.update_inbox) -----------------------
 
     def hold_updates(self, updates: list[tuple[int, str]]) -> None:
-        """Store fetched updates (id, JSON) before ``getUpdates`` confirms them."""
-        with self._store.transaction():
+        """Store fetched updates (id, JSON) before ``getUpdates`` confirms them.
+
+        Without waiting for the disk: a killed process keeps them, and the handler's own
+        commit (durable for a tap) makes them durable too, so a tap costs one ``fsync``.
+        """
+        with self._store.transaction(durable=False):
             for update_id, body in updates:
                 self._store.updates.add(update_id, body)
 

@@ -16,6 +16,7 @@ import pytest
 
 from bot.bridge import OFF_LOOP_BYTES, Bridge
 from bot.core.model import ItemRow, NewItem, parse_item
+from bot.core.policy import Action, Decided
 from bot.errors import PayloadError
 from bot.protocol.encoding import loads_limited
 from bot.protocol.envelope import seal
@@ -23,6 +24,7 @@ from bot.protocol.identity import Identity
 from bot.protocol.payloads import (
     Approval,
     Block,
+    Person,
     parse_approval,
     parse_inbox_update,
     raw_payload,
@@ -126,6 +128,21 @@ def test_a_commit_that_skips_the_disk_still_commits_and_leaves_the_next_one_dura
     assert reopened.chats.title(1) == "One"
     assert reopened.chats.title(2) == ""
     reopened.close()
+
+
+def test_a_tap_waits_for_the_disk_once_from_its_update_to_its_decision(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    bridge.handle_envelope(_sealed(bridge, agent, _inbox(1, [_approval("t1")])))
+    card = store.view().cards.dirty(5)[0]
+    before = store.db.durable_commits
+    bridge.hold_updates([(1, "{}")])
+    report = bridge.tap(card.token, Action.APPROVE, chat_id=5, tapper=Person("Ada", 5),
+                        approvers=frozenset({5}), required=1)
+    assert isinstance(report.result, Decided)
+    assert store.db.durable_commits - before == 1
+    assert store.outbox.depth() == 1  # the decision, committed with the tap
 
 
 # -- large envelopes opened and applied in a thread ---------------------------------------

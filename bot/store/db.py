@@ -243,6 +243,8 @@ class Database:
         self.path = path
         self._lock = threading.RLock()
         self._depth = 0
+        self.durable_commits = 0
+        """Commits that waited for the disk so far."""
         self.before_commit: Callable[[], None] = lambda: None
         """Runs inside every outermost transaction just before it commits."""
 
@@ -319,6 +321,7 @@ class Database:
             raise StoreError(f"cannot commit: {exc}") from exc
         finally:
             self._restore_durability(durable)
+        self.durable_commits += durable
 
     def _restore_durability(self, durable: bool) -> None:
         """Every other commit (single statements included) waits for the disk again."""
