@@ -18,7 +18,7 @@ from telegram.ext import Application, ApplicationBuilder, Defaults
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
 from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Config
-from bot.errors import BotApiError, BotFailed
+from bot.errors import BotApiError, BotFailed, StoreError
 from bot.health import HEARTBEAT_S, remove_status, write_status
 from bot.keyfile import load_or_create_identity
 from bot.logsafety import redact_value
@@ -39,6 +39,8 @@ from bot.tg.worker import CardWorker
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_S = 5.0
+"""How often the write-ahead log is copied into the database file."""
 ALLOWED_UPDATES = ["message", "callback_query", "my_chat_member", "chat_member"]
 OnStart = Callable[[Chat, User], Awaitable[None]]
 
@@ -188,6 +190,7 @@ class Bot:
         running.supervisor.start("timers", timers.run)
         running.supervisor.start("note worker", notes.run)
         running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
+        running.supervisor.start("checkpoints", lambda: _checkpoints(store))
         stack.push_async_callback(running.supervisor.stop)
         stack.push_async_callback(worker.stop)
         await application.start()
@@ -202,6 +205,17 @@ class Bot:
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
         return running
+
+
+async def _checkpoints(store: Store) -> None:
+    """Copy the database's write-ahead log into its file every :data:`CHECKPOINT_S`, in a
+    thread, so that no commit on the event loop does it."""
+    while True:
+        await asyncio.sleep(CHECKPOINT_S)
+        try:
+            await asyncio.to_thread(store.checkpoint)
+        except StoreError as exc:
+            log.warning("%s; trying again in %.0f s", exc, CHECKPOINT_S)
 
 
 async def _heartbeat(config: Config, running: Running) -> None:

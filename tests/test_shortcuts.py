@@ -130,6 +130,21 @@ def test_a_commit_that_skips_the_disk_still_commits_and_leaves_the_next_one_dura
     reopened.close()
 
 
+def test_commits_leave_the_log_to_the_checkpoint(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "state.sqlite3")
+    path = store.path
+    empty = path.stat().st_size
+    for batch in range(20):
+        with store.transaction():
+            store.items.add_many("agent", [NewItem(f"c{batch}-{i}", "approval", "x" * 400,
+                                                   None, None) for i in range(100)], now_ms=1)
+    assert path.stat().st_size == empty  # all of it still in the write-ahead log
+    store.checkpoint()
+    assert path.stat().st_size > empty + 800_000
+    assert store.items.open_count() == 2000
+    store.close()
+
+
 def test_a_tap_waits_for_the_disk_once_from_its_update_to_its_decision(
     bridge_and_agent: tuple[Bridge, Identity, Store],
 ) -> None:

@@ -66,6 +66,10 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def checkpoint(self) -> None:
+        """See :meth:`Database.checkpoint`: for a thread, every few seconds."""
+        self.db.checkpoint()
+
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[None]:
         """Run the block in one transaction (nested calls join the outer one); see
