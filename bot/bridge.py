@@ -18,7 +18,7 @@ import logging
 import secrets
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -221,7 +221,7 @@ class Bridge:
             )
         except EnvelopeRefused as refusal:
             return _dropped(raw, refusal)
-        return self._apply_opened(opened, now, opened.read.texts if opened.read else {})
+        return self._apply_opened(opened, now)
 
     async def receive(self, raw: dict[str, object]) -> Changes:
         """:meth:`handle_envelope`, in a thread for a large envelope (up to a megabyte to
@@ -236,15 +236,14 @@ class Bridge:
             return self.handle_envelope(raw)
         return await asyncio.to_thread(self.handle_envelope, raw)
 
-    def _apply_opened(self, opened: Opened, now: int, bodies: Mapping[str, str]) -> Changes:
-        """Apply an opened envelope; ``bodies`` may hold its items' stored JSON by id,
-        already encoded."""
+    def _apply_opened(self, opened: Opened, now: int) -> Changes:
+        """Apply an opened envelope."""
         envelope = opened.envelope
         after_commit: list[Callable[[], None]] = []
         try:
             with self._store.transaction():
                 self._store.outbox.remember(envelope.id, envelope.ts, now)
-                changes = self._apply(opened, now, bodies, after_commit)
+                changes = self._apply(opened, now, after_commit)
         except Exception as exc:
             if is_store_failure(exc):
                 raise  # the disk, not the sender: fail the session and retry later
@@ -283,8 +282,7 @@ class Bridge:
         return cards
 
     def _apply(
-        self, opened: Opened, now: int, bodies: Mapping[str, str],
-        after_commit: list[Callable[[], None]],
+        self, opened: Opened, now: int, after_commit: list[Callable[[], None]]
     ) -> Changes:
         sender, payload = opened.sender, opened.payload
         if isinstance(payload, PairAccept):
@@ -295,7 +293,7 @@ class Bridge:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
-            self._apply_inbox_update(sender.id, payload, now, bodies, opened, after_commit)
+            self._apply_inbox_update(sender.id, payload, now, opened, after_commit)
         elif isinstance(payload, Activity):
             self._apply_activity(sender.id, payload, now)
         elif isinstance(payload, Notification):
@@ -342,8 +340,8 @@ class Bridge:
         log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
     def _apply_inbox_update(
-        self, agent_id: str, update: InboxUpdate, now: int, bodies: Mapping[str, str],
-        opened: Opened, after_commit: list[Callable[[], None]],
+        self, agent_id: str, update: InboxUpdate, now: int, opened: Opened,
+        after_commit: list[Callable[[], None]],
     ) -> None:
         items = self._store.items
         seen = opened.read.seen if opened.read else None
@@ -372,7 +370,8 @@ class Bridge:
             return
         after_commit.append(functools.partial(self._remember_seen, agent_id, seen))
         self._store.agents.set_rev(agent_id, update.rev, now)
-        items.add_many(agent_id, [self._new_item(item, now, bodies.get(item.id))
+        texts = opened.read.texts if opened.read else {}  # new items' JSON, as received
+        items.add_many(agent_id, [self._new_item(item, now, texts.get(item.id))
                                   for item in plan.new_items], now_ms=now)
         for binding in self._store.agents.bindings_for_agent(agent_id):
             self._plan_cards(agent_id, [item.id for item in plan.new_items],

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import shutil
-import signal
 import sqlite3
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from conftest import eventually
+from test_relay_client import RelayProcess
 from test_relay_server import TIMEOUT, envelope, recv, send, session
 from websockets.asyncio.client import ClientConnection
 
@@ -34,33 +32,14 @@ WAL_FRAME_HEADER_BYTES = 24
 
 
 @contextlib.asynccontextmanager
-async def relay_process(data: Path) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+async def relay_process(data: Path) -> AsyncIterator[tuple[str, RelayProcess]]:
     """The relay as a child process on a free port: its URL and the process (killed at
     the end if it still runs)."""
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "bot", "relay", "--port", "0", "--data", str(data)),
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    match = None
-    async with asyncio.timeout(30):
-        while match is None:
-            line = (await process.stderr.readline()).decode()
-            assert line, "the relay exited"
-            match = re.search(r"relay listening on (ws://\S+)", line)
-    drain = asyncio.create_task(process.stderr.read())
+    relay = await RelayProcess.start(data)
     try:
-        yield match.group(1), process
+        yield relay.url, relay
     finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-        await drain
-
-
-async def kill(process: asyncio.subprocess.Process) -> None:
-    process.send_signal(signal.SIGKILL)
-    await process.wait()
+        await relay.kill()
 
 
 @contextlib.contextmanager
@@ -177,7 +156,7 @@ async def test_acks_from_two_sessions_share_one_transaction(
         assert not since_both[-1] & both
         await b.close()
         await c.close()
-        await kill(process)
+        await process.kill()
     # Nothing acknowledged comes back after a crash and restart: the first delivery is a
     # marker sent afterwards.
     async with relay_process(data) as (url, _):
@@ -197,7 +176,7 @@ async def test_a_crash_before_the_commit_delivers_again(
         c, _ = await deliveries(url, carol, 1)
         with write_lock(data):
             await ack_while_the_writer_waits(url, [(b, for_bob), (c, for_carol)])
-            await kill(process)  # the acknowledgements were read, never committed
+            await process.kill()  # the acknowledgements were read, never committed
         async with asyncio.timeout(TIMEOUT):
             await b.wait_closed()
     assert queued_ids(data) == {for_bob, for_carol}
@@ -213,7 +192,7 @@ async def test_an_envelope_answered_sent_survives_a_crash(
     data = tmp_path / "relay"
     async with relay_process(data) as (url, process):
         sent = await queue_two(url, alice, bob, carol)
-        await kill(process)  # right after the last ``sent``
+        await process.kill()  # right after the last ``sent``
     async with relay_process(data) as (url, _):
         _, [to_bob] = await deliveries(url, bob, 1)
         _, [to_carol] = await deliveries(url, carol, 1)

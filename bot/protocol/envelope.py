@@ -27,7 +27,7 @@ from bot.protocol.identity import (
     verify_signature,
 )
 from bot.protocol.pairing import device_public_card
-from bot.protocol.payloads import PairRequest, Payload
+from bot.protocol.payloads import PairRequest, Payload, parse_payload
 from bot.protocol.replay import MAX_AGE_MS, ReplayGuard
 from bot.protocol.snapshot import Read, SeenSnapshot, read_payload
 
@@ -286,13 +286,12 @@ def open_envelope(
     peer = peers.get(envelope.sender)
     if peer is None and not accept_pair_requests:
         raise EnvelopeRefused(RefusalReason.UNKNOWN_SENDER, f"{envelope.sender} is not a peer")
-    previous = None if seen is None else seen.get(envelope.sender)
     if peer is not None:
         _check_signature(envelope, info, peer.sign_pub)
-        plaintext, read = _decrypt_payload(envelope, info, me, previous)
+        plaintext, read = _decrypt_payload(envelope, info, me, seen)
         sender = peer
     else:
-        plaintext, read = _decrypt_payload(envelope, info, me, previous)
+        plaintext, read = _decrypt_payload(envelope, info, me, seen)
         sender = _pairing_sender(envelope, info, read.payload)
     if replay.seen(envelope.id):
         raise EnvelopeRefused(RefusalReason.REPLAY, f"envelope {envelope.id} already accepted")
@@ -314,7 +313,7 @@ def _check_signature(envelope: Envelope, info: bytes, sign_pub: bytes) -> None:
 
 
 def _decrypt_payload(
-    envelope: Envelope, info: bytes, me: Identity, previous: SeenSnapshot | None
+    envelope: Envelope, info: bytes, me: Identity, seen: Mapping[str, SeenSnapshot] | None
 ) -> tuple[bytes, Read]:
     try:
         plaintext = _SUITE.decrypt(envelope.ct, me.kx_key, info=info)
@@ -323,7 +322,9 @@ def _decrypt_payload(
             RefusalReason.DECRYPT_FAILED, f"ciphertext of {envelope.id} does not open"
         ) from exc
     try:
-        return plaintext, read_payload(plaintext, previous)
+        if seen is None:
+            return plaintext, Read(parse_payload(plaintext))
+        return plaintext, read_payload(plaintext, seen.get(envelope.sender))
     except PayloadError as exc:
         # PayloadError messages describe shape and limits, never the plaintext itself.
         raise EnvelopeRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from exc
