@@ -210,11 +210,13 @@ class Bridge:
         A refused envelope is logged with its reason and dropped; it is still acknowledged.
         """
         now = self.now_ms()
+        sender = raw.get("from")
+        card = self._card_of(sender, now) if isinstance(sender, str) else None
         try:
             opened = open_envelope(
                 raw,
                 me=self.identity,
-                peers=self._known_cards(),
+                peers={str(sender): card} if card is not None else {},
                 now_ms=now,
                 replay=self._store.outbox,
                 seen=self._seen,
@@ -274,12 +276,17 @@ class Bridge:
         with self._store.transaction():
             self._store.outbox.remember(envelope_id, ts_ms, now)
 
-    def _known_cards(self) -> dict[str, PublicCard]:
-        cards = {peer.agent_id: _stored_card(peer.card_json)
-                 for peer in self._store.agents.peers()}
-        for pairing in self._pending_pairings():
-            cards.setdefault(pairing.agent_id, _stored_card(pairing.card_json))
-        return cards
+    def _card_of(self, agent_id: str, now: int) -> PublicCard | None:
+        """The card of a peer, or else of an agent the bot is pairing with."""
+        agents = self._store.agents
+        peer = agents.peer(agent_id)
+        if peer is not None:
+            return _stored_card(peer.card_json)
+        pairing = agents.pairing(agent_id)
+        if pairing is None or pairing.accepted_at is not None \
+                or pairing.created_at < now - PAIRING_WINDOW_MS:
+            return None
+        return _stored_card(pairing.card_json)
 
     def _apply(
         self, opened: Opened, now: int, after_commit: list[Callable[[], None]]
@@ -388,6 +395,8 @@ class Bridge:
         (revoked, when an approver asked for it)."""
         grants = self._store.grants
         plan = plan_grants(reported, grants.of_agent(agent_id))
+        if not (plan.new or plan.changed or plan.gone):
+            return
         chats: list[int | None] = [
             b.chat_id for b in self._store.agents.bindings_for_agent(agent_id)] or [None]
         for grant in plan.new:
@@ -922,7 +931,7 @@ REFUSALS = {
 @functools.lru_cache(maxsize=1024)
 def _stored_card(card_json: str) -> PublicCard:
     """A peer's card as the store keeps it (checked again only when its text changes: every
-    envelope needs the cards of all peers)."""
+    envelope needs its sender's)."""
     return PublicCard.from_json(json.loads(card_json))
 
 

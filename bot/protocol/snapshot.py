@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from json import decoder as json_decoder
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from bot.errors import PayloadError
 from bot.protocol.encoding import JSON, decode_at, is_int
@@ -45,7 +45,6 @@ _Item = TypeVar("_Item", Approval, Clarification)
 _scan_string: Callable[[str, int], tuple[str, int]] = json_decoder.scanstring  # type: ignore[attr-defined]  # the json module's own, untyped
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _BLANK = frozenset(" \t\n\r")
-_ITEM_LISTS = ("approvals", "clarifications")
 
 
 def _numbers() -> array[int]:
@@ -99,21 +98,24 @@ class _NotFollowed(Exception):
 
 
 @dataclass(frozen=True)
-class _New:
-    value: JSON
+class _New(Generic[_Item]):
+    """An item not in the previous snapshot, parsed as soon as it is found (its decoded
+    JSON is let go at once: a first snapshot holds a thousand of them)."""
+
+    item: _Item
     text: str
     digest: int
 
 
 @dataclass
-class _Walked:
+class _Walked(Generic[_Item]):
     """One item list as walked against the previous one (``before``): whether it starts
     with all of it unchanged (``same``), then each later item, new or the same as the
     item of ``before`` at an index; and the text's span."""
 
     before: SeenList
     same: bool
-    rest: list[int | _New]
+    rest: list[int | _New[_Item]]
     length: int
     digest: int
 
@@ -133,7 +135,8 @@ def read_payload(plaintext: bytes, previous: SeenSnapshot | None) -> Read:
 
     Raises :class:`PayloadError` exactly when :func:`parse_payload` would.
     """
-    if len(plaintext) >= WALKED_BYTES and b'"inbox_update"' in plaintext:
+    # Searched from the end: canonical JSON writes "kind" after "body".
+    if len(plaintext) >= WALKED_BYTES and plaintext.rfind(b'"inbox_update"') >= 0:
         try:
             return _read_inbox_update(plaintext, previous or SeenSnapshot())
         except (_NotFollowed, PayloadError):
@@ -155,17 +158,18 @@ def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
         raise _NotFollowed
     version = payload.get("v")
     if payload.get("kind") != "inbox_update" or not is_int(version) \
-            or version != PAYLOAD_VERSION or walk.lists is None:
+            or version != PAYLOAD_VERSION or not walk.body_found:
         raise _NotFollowed
     body = payload["body"]
-    if any(body.get(name) is not None and name not in walk.lists for name in _ITEM_LISTS):
+    approvals, clarifications = walk.approvals, walk.clarifications
+    if (body.get("approvals") is not None and approvals is None) \
+            or (body.get("clarifications") is not None and clarifications is None):
         raise _NotFollowed  # not a list: refused in full
-    empty = _Walked(SeenList(), False, [], 0, 0)
-    approvals = walk.lists.get("approvals", empty)
-    clarifications = walk.lists.get("clarifications", empty)
+    approvals = approvals or _Walked(SeenList(), False, [], 0, 0)
+    clarifications = clarifications or _Walked(SeenList(), False, [], 0, 0)
     check_item_count(approvals.count() + clarifications.count())
-    new_approvals, seen_approvals = _items(approvals, parse_approval)
-    new_clarifications, seen_clarifications = _items(clarifications, parse_clarification)
+    new_approvals, seen_approvals = _items(approvals)
+    new_clarifications, seen_clarifications = _items(clarifications)
     unchanged = approvals.unchanged() + clarifications.unchanged()
     update = inbox_update_around(
         body,
@@ -178,10 +182,8 @@ def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
     return Read(update, SeenSnapshot(seen_approvals, seen_clarifications), texts)
 
 
-def _items(
-    walked: _Walked, parse: Callable[[JSON], _Item]
-) -> tuple[list[tuple[_Item, str]], SeenList]:
-    """The new items parsed (each with its text), and the list as it is remembered."""
+def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:
+    """The new items (each with its text), and the list as it is remembered."""
     before = walked.before
     new: list[tuple[_Item, str]] = []
     if walked.same:
@@ -195,7 +197,7 @@ def _items(
             lengths.append(before.lengths[entry])
             digests.append(before.digests[entry])
             continue
-        item = parse(entry.value)
+        item = entry.item
         new.append((item, entry.text))
         ids.append(item.id)
         lengths.append(len(entry.text))
@@ -209,8 +211,10 @@ class _Walk:
     def __init__(self, text: str, previous: SeenSnapshot) -> None:
         self.text = text
         self.previous = previous
-        self.lists: dict[str, _Walked] | None = None
-        """The item lists of the body, by name, once the body is found."""
+        self.body_found = False
+        self.approvals: _Walked[Approval] | None = None
+        self.clarifications: _Walked[Clarification] | None = None
+        """The body's item lists, once found."""
 
     def object(
         self, pos: int, depth: int, member: Callable[[str, int, int], tuple[JSON, int]]
@@ -241,12 +245,18 @@ class _Walk:
     def top_member(self, key: str, pos: int, depth: int) -> tuple[JSON, int]:
         if key != "body" or not self.text.startswith("{", pos):
             return self.value(key, pos, depth)
-        lists: dict[str, _Walked] = {}
-        self.lists = lists
+        self.body_found = True
 
         def body_member(name: str, at: int, depth: int) -> tuple[JSON, int]:
-            if name in _ITEM_LISTS and self.text.startswith("[", at):
-                lists[name], end = self.items(at, depth + 1, getattr(self.previous, name))
+            if not self.text.startswith("[", at):
+                return self.value(name, at, depth)
+            if name == "approvals":
+                self.approvals, end = self.items(
+                    at, depth + 1, self.previous.approvals, parse_approval)
+                return [], end
+            if name == "clarifications":
+                self.clarifications, end = self.items(
+                    at, depth + 1, self.previous.clarifications, parse_clarification)
                 return [], end
             return self.value(name, at, depth)
 
@@ -255,14 +265,16 @@ class _Walk:
     def value(self, key: str, pos: int, depth: int) -> tuple[JSON, int]:
         return decode_at(self.text, pos, max_depth=MAX_DEPTH - depth)
 
-    def items(self, pos: int, depth: int, before: SeenList) -> tuple[_Walked, int]:
+    def items(
+        self, pos: int, depth: int, before: SeenList, parse: Callable[[JSON], _Item]
+    ) -> tuple[_Walked[_Item], int]:
         """The list of items at ``pos``: the whole of ``before`` if it starts unchanged,
         then each item the same text as an item of ``before`` (tried first at its place,
-        after the item matched last) or new."""
+        after the item matched last) or new (parsed with ``parse``)."""
         text = self.text
         first = pos = _skip(text, pos + 1)
         last = first
-        rest: list[int | _New] = []
+        rest: list[int | _New[_Item]] = []
         if text.startswith("]", pos):
             return _Walked(before, False, rest, 0, 0), pos + 1
         count = len(before.ids)
@@ -280,7 +292,7 @@ class _Walk:
         lengths, digests = before.lengths, before.digests
         by_text: dict[tuple[int, int], int] | None = None
         while True:
-            entry: int | _New | None = None
+            entry: int | _New[_Item] | None = None
             if expected < count:
                 end = pos + lengths[expected]
                 if end <= len(text) and hash(text[pos:end]) == digests[expected]:
@@ -295,7 +307,7 @@ class _Walk:
                                    in enumerate(zip(lengths, digests, strict=True))}
                     entry = by_text.get((end - pos, digest))
                 if entry is None:
-                    entry = _New(value, piece, digest)
+                    entry = _New(parse(value), piece, digest)
             if isinstance(entry, int):
                 expected = entry + 1
             rest.append(entry)
