@@ -7,7 +7,9 @@ over HTTP through ``api_url``.
 1. Latency, one item at a time in one private chat, per-chat pacing off
    (``chat_pace_seconds = 0``): from the agent submitting an approval (its ``inbox_update``
    going through the relay) to the card's ``sendMessage`` reaching the stand-in, and from an
-   injected tap to the decision opened by the agent. The bot's rate limiter still allows 30
+   injected tap to the decision opened by the agent. The bot runs in a process of its own
+   (``python -m bot run``), as it does in use, away from the relay, the agent and the
+   stand-in, which share this process's event loop. The bot's rate limiter still allows 30
    sends and edits per second overall and every item costs two (the card and its edit), so
    items start at least :data:`ITEM_SPACING_S` apart: the numbers are the bot's own path,
    not the limiter's queue. The tap comes once the bot has recorded the card, as a person's
@@ -40,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,8 +197,10 @@ async def _decisions(agent: Agent, count: int) -> None:
     await agent.wait_for(lambda a: len(a.decisions) >= count, TIMEOUT_S)
 
 
-async def _latency_items(world: World, count: int) -> tuple[list[float], list[float]]:
-    agent, tg, running = world.agent, world.tg, world.running
+async def _latency_items(world: World, bot: Store, count: int) -> tuple[list[float], list[float]]:
+    """Approvals one at a time: (seconds from each submit to its card, from each tap to its
+    decision at the agent). ``bot``: the bot's store, read-only."""
+    agent, tg = world.agent, world.tg
     cards: list[float] = []
     decisions: list[float] = []
     for index in range(count):
@@ -210,7 +214,7 @@ async def _latency_items(world: World, count: int) -> tuple[list[float], list[fl
         card = await world.wait_card(ADA, needle, timeout=TIMEOUT_S)
         # A person taps once the card is there; the bench, once the bot recorded it too.
         def recorded(message_id: int = card.message_id) -> bool:
-            return running.store.cards.by_message(ADA, message_id) is not None
+            return bot.cards.by_message(ADA, message_id) is not None
 
         await _until(recorded, "the bot to record the card")
         tapped = _now()
@@ -220,9 +224,9 @@ async def _latency_items(world: World, count: int) -> tuple[list[float], list[fl
         # Let the card edits and the agent's resolved update finish before the next item.
         await _until(
             lambda: agent.unsent == 0
-            and running.store.agents.last_rev(agent.identity.id) == agent.rev
-            and running.store.outbox.depth() == 0
-            and not running.store.cards.chats_with_dirty(),
+            and bot.agents.last_rev(agent.identity.id) == agent.rev
+            and bot.outbox.depth() == 0
+            and not bot.cards.chats_with_dirty(),
             "the bot to settle",
         )
         await asyncio.sleep(max(0.0, started + ITEM_SPACING_S - _now()))
@@ -231,11 +235,23 @@ async def _latency_items(world: World, count: int) -> tuple[list[float], list[fl
 
 async def _latency(sizes: Sizes, tmp: Path) -> None:
     async with make_world(tmp, chat_pace_seconds=0) as world:
-        polls = await _get_updates_floor(world.tg, sizes.latency_items)
-        async with running_bot(world):
-            hops = await _relay_hop_floor(world, sizes.latency_items)
-            await world.pair(ADA)
-            cards, decisions = await _latency_items(world, sizes.latency_items)
+        tg, agent = world.tg, world.agent
+        polls = await _get_updates_floor(tg, sizes.latency_items)
+        config = tmp / "skald-telegram.toml"
+        config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
+        database = load_config(str(config), environ=_bot_environment()).database_path
+        log = tmp / "bot.log"
+        async with _bot_process(config, log):
+            try:
+                await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
+                hops = await _relay_hop_floor(world, sizes.latency_items)
+                tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
+                await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
+                with _read_only(database) as bot:
+                    cards, decisions = await _latency_items(world, bot, sizes.latency_items)
+            except BaseException:
+                print(log.read_text()[-3000:], file=sys.stderr)
+                raise
     _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
            "chat pace 0")
     _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart; taps once the bot recorded "
@@ -341,13 +357,14 @@ async def _burst(sizes: Sizes, tmp: Path, round_trip: float = 0.0) -> None:
 # --- 3. memory ---------------------------------------------------------------------------
 
 
-def _config_toml(api_url: str, state_dir: Path) -> str:
+def _config_toml(api_url: str, state_dir: Path, **telegram: float) -> str:
     return (
         "[telegram]\n"
         f"token = {json.dumps(TOKEN)}\n"
         f"api_url = {json.dumps(api_url)}\n"
         f"admins = [{ADA}]\n"
-        "[state]\n"
+        + "".join(f"{name} = {value}\n" for name, value in telegram.items())
+        + "[state]\n"
         f"dir = {json.dumps(str(state_dir))}\n"
     )
 
@@ -366,17 +383,26 @@ def _peak_rss_kib(pid: int) -> int:
     raise RuntimeError("no VmHWM in /proc status")
 
 
+@contextlib.contextmanager
+def _read_only(database: Path) -> Iterator[Store]:
+    """The bot process's store, read through a connection of the bench's own."""
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5,
+                                 isolation_level=None)
+    connection.row_factory = sqlite3.Row
+    try:
+        yield Store(Database(connection, database))
+    finally:
+        connection.close()
+
+
 def _open_items(database: Path) -> int:
     if not database.exists():
         return 0
-    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
-    connection.row_factory = sqlite3.Row
-    try:
-        return Store(Database(connection, database)).items.open_count()
-    except sqlite3.OperationalError:
-        return 0  # the bot has not created its tables yet
-    finally:
-        connection.close()
+    with _read_only(database) as store:
+        try:
+            return store.items.open_count()
+        except sqlite3.OperationalError:
+            return 0  # the bot has not created its tables yet
 
 
 @contextlib.asynccontextmanager

@@ -191,8 +191,10 @@ class Bot:
         running.supervisor.start("note worker", notes.run)
         running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
         running.supervisor.start("checkpoints", lambda: _checkpoints(store))
-        stack.push_async_callback(running.supervisor.stop)
+        # The supervised tasks stop before the card worker lets its chats finish: its own
+        # task would otherwise end by itself and be restarted.
         stack.push_async_callback(worker.stop)
+        stack.push_async_callback(running.supervisor.stop)
         await application.start()
         stack.push_async_callback(application.stop)
         # Instead of python-telegram-bot's polling, which confirms updates before they are

@@ -185,6 +185,7 @@ class Handlers:
             option=parsed.option,
         )
         self._apply(report.changes)
+        await asyncio.sleep(0)  # the decision leaves for the relay before the tap's answer
         alert, text = await self._tap_answer(report, chat.id)
         await self._answer_query(query, text, alert=alert)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
