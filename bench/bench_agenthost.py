@@ -89,31 +89,43 @@ async def _run(quick: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         floor = await _relay_round_trips(tmp, 10 if quick else 100)
-        async with host_world(tmp) as hw:
-            await hw.pair()
-            submit_to_card = []
-            async with hw.host.client() as client:
-                for n in range(cards):
-                    started = time.perf_counter()
-                    await client.submit_approval(f"bench_{n}", arguments={"n": n})
-                    await hw.tg.wait_for(lambda tg, n=n: any(
-                        f"bench_{n}(" in m.text for m in hw.world.cards(ADA)))
-                    submit_to_card.append(time.perf_counter() - started)
-                    await asyncio.sleep(ITEM_SPACING_S)
-            tap_to_exit = []
-            for n in range(asks):
-                process = await start_cli("ask", "--tool", f"tap_{n}", "--arg", f"n={n}",
-                                          env=hw.host.env)
-                card = await hw.world.wait_card(ADA, f"tap_{n}(")
-                await asyncio.sleep(ITEM_SPACING_S)
-                started = time.perf_counter()
-                hw.world.tap(ADA, card, ADA, "Approve")
-                result = await finished(process)
-                tap_to_exit.append(time.perf_counter() - started)
-                assert result.code == 0, result.err
+        log = tmp / "host.log"
+        try:
+            results = await _measure(tmp, log, cards, asks)
+        except BaseException:
+            print(log.read_text()[-3000:] if log.exists() else "", file=sys.stderr)
+            raise
+    submit_to_card, tap_to_exit = results
     print(f"   submit → card posted      {_percentiles(submit_to_card)}")
     print(f"   tap → ask returns         {_percentiles(tap_to_exit)}")
     print(f"   floor: relay round trip   {_percentiles(floor)}")
+
+
+async def _measure(tmp: Path, log: Path, cards: int, asks: int) -> tuple[list[float], list[float]]:
+    """(submit → card, tap → ask's exit), the host's log in ``log``."""
+    async with host_world(tmp, host_log=log) as hw:
+        await hw.pair()
+        submit_to_card = []
+        async with hw.host.client() as client:
+            for n in range(cards):
+                started = time.perf_counter()
+                await client.submit_approval(f"bench_{n}", arguments={"n": n})
+                await hw.tg.wait_for(lambda tg, n=n: any(
+                    f"bench_{n}(" in m.text for m in hw.world.cards(ADA)))
+                submit_to_card.append(time.perf_counter() - started)
+                await asyncio.sleep(ITEM_SPACING_S)
+        tap_to_exit = []
+        for n in range(asks):
+            process = await start_cli("ask", "--tool", f"tap_{n}", "--arg", f"n={n}",
+                                      env=hw.host.env)
+            card = await hw.world.wait_card(ADA, f"tap_{n}(")
+            await asyncio.sleep(ITEM_SPACING_S)
+            started = time.perf_counter()
+            hw.world.tap(ADA, card, ADA, "Approve")
+            result = await finished(process)
+            tap_to_exit.append(time.perf_counter() - started)
+            assert result.code == 0, result.err
+    return submit_to_card, tap_to_exit
 
 
 def main(quick: bool) -> None:

@@ -38,10 +38,13 @@ class Process:
 class Host:
     """``skald-telegram agent serve`` as a subprocess on one state folder."""
 
-    def __init__(self, state: Path, relay_url: str, *extra: str) -> None:
+    def __init__(self, state: Path, relay_url: str, *extra: str,
+                 log: Path | None = None) -> None:
         self.state = state
         self.relay_url = relay_url
         self.extra = extra
+        self.log = log
+        """Where its log goes (None: to this process's stderr)."""
         self.process: asyncio.subprocess.Process | None = None
         self.banner = ""
 
@@ -50,10 +53,12 @@ class Host:
         return {**os.environ, "SKALD_AGENT_STATE": str(self.state)}
 
     async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            *CLI, "agent", "serve", "--relay", self.relay_url, "--name", "build-host",
-            *self.extra, env=self.env, stdout=asyncio.subprocess.PIPE,
-        )
+        with contextlib.ExitStack() as stack:
+            log = stack.enter_context(self.log.open("ab")) if self.log else None
+            self.process = await asyncio.create_subprocess_exec(
+                *CLI, "agent", "serve", "--relay", self.relay_url, "--name", "build-host",
+                *self.extra, env=self.env, stdout=asyncio.subprocess.PIPE, stderr=log,
+            )
         _children.append(self.process)
         assert self.process.stdout is not None
         async with asyncio.timeout(15):
@@ -145,14 +150,15 @@ class HostWorld:
 
 
 @contextlib.asynccontextmanager
-async def host_world(tmp: Path, *host_args: str) -> AsyncIterator[HostWorld]:
+async def host_world(tmp: Path, *host_args: str,
+                     host_log: Path | None = None) -> AsyncIterator[HostWorld]:
     async with TelegramStub(token=TOKEN) as tg, RelayServer(tmp / "relay") as relay:
         tg.add_user(ADA, "Ada", "Lovelace", username="ada")
         tg.add_user(BOB, "Bob", "Builder", username="bob")
         tg.add_private_chat(ADA)
         config = parse_config(bot_config(tmp, tg.api_url), base=tmp)
         world = World(tg, relay, None, tmp, config, ShiftedClock())  # type: ignore[arg-type]
-        host = Host(tmp / "agent", relay.url, *host_args)
+        host = Host(tmp / "agent", relay.url, *host_args, log=host_log)
         await host.start()
         try:
             async with running_bot(world):
