@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from starlette.routing import Route
 
 from bot.agenthost.api import create_app
+from bot.agenthost.serve import _tcp_socket, _unix_socket
 
 OPENAPI = Path(__file__).resolve().parent.parent / "docs" / "api" / "openapi.yaml"
 schema = schemathesis.openapi.from_path(OPENAPI)
@@ -63,6 +65,17 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[s
     finally:
         process.terminate()
         assert process.wait(timeout=10) == 0
+
+
+def test_the_sockets_take_connections_before_the_banner(tmp_path: Path) -> None:
+    """The banner is printed before the server accepts: a client that connects as soon as
+    it reads it must wait in the backlog, not be refused."""
+    for sock, family, address in (
+        (_tcp_socket("127.0.0.1:0"), socket.AF_INET, None),
+        (_unix_socket(tmp_path / "agent.sock"), socket.AF_UNIX, str(tmp_path / "agent.sock")),
+    ):
+        with sock, socket.socket(family, socket.SOCK_STREAM) as client:
+            client.connect(address or sock.getsockname())
 
 
 def test_tcp_needs_the_token(host: tuple[str, dict[str, str]]) -> None:

@@ -120,6 +120,7 @@ def _unix_socket(path: Path) -> socket.socket:
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
+    sock.listen()  # from now on (the banner says so) connections wait to be accepted
     return sock
 
 
@@ -133,6 +134,7 @@ def _tcp_socket(listen: str) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen()
     except OSError as exc:
         raise HostError(f"cannot listen on {listen}: {exc.strerror or exc}") from exc
     return sock
