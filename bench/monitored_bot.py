@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bot.app import Bot
+from bot.app import Bot, settle_memory
 from bot.config import load_config
 from bot.signals import until_signalled
 
@@ -63,6 +63,7 @@ async def _run(config_path: str, report: Path) -> None:
     config = load_config(config_path, environ=dict(os.environ))
     stats = Stats()
     async with Bot(config) as running:
+        settle_memory()
         bridge = running.bridge
         receive, handle = bridge.receive, bridge.handle_envelope
         loop_thread = threading.get_ident()

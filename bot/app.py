@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -249,12 +250,22 @@ async def _log_error(update: object, context: object) -> None:
               exc_info=error if isinstance(error, BaseException) else None)
 
 
+def settle_memory() -> None:
+    """Once the bot runs: what the process holds by then (modules, templates, the
+    libraries' state) lives as long as it does, so the garbage collector stops walking it
+    in every full collection (a pause of tens of milliseconds that any tap could wait
+    for)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_until_signalled(
     config: Config, *, on_start: OnStart | None = None, supervisor: Supervisor | None = None
 ) -> None:
     """Run the bot until SIGTERM or SIGINT; :class:`BotFailed` (exit 1) when a task is
     given up on."""
     async with Bot(config, on_start=on_start, supervisor=supervisor) as running:
+        settle_memory()
         failed = asyncio.ensure_future(running.supervisor.failed.wait())
         stopped = asyncio.ensure_future(until_signalled())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
