@@ -7,9 +7,9 @@ over HTTP through ``api_url``.
 1. Latency, one item at a time in one private chat, per-chat pacing off
    (``chat_pace_seconds = 0``): from the agent submitting an approval (its ``inbox_update``
    going through the relay) to the card's ``sendMessage`` reaching the stand-in, and from an
-   injected tap to the decision opened by the agent. The bot runs in a process of its own
-   (``python -m bot run``), as it does in use, away from the relay, the agent and the
-   stand-in, which share this process's event loop. The bot's rate limiter still allows 30
+   injected tap to the decision opened by the agent. The bot (``python -m bot run``) and the
+   relay (``python -m bot relay``) run in processes of their own, as they do in use; the
+   agent and the stand-in share this one's event loop. The bot's rate limiter still allows 30
    sends and edits per second overall and every item costs two (the card and its edit), so
    items start at least :data:`ITEM_SPACING_S` apart: the numbers are the bot's own path,
    not the limiter's queue. The tap comes once the bot has recorded the card, as a person's
@@ -49,11 +49,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import httpx
+from test_relay_client import RelayProcess
 from world import (
     ADA,
     FAST_RELAY,
     TOKEN,
-    World,
     approval,
     button_data,
     make_world,
@@ -69,8 +69,9 @@ from bot.store import Store
 from bot.store.db import Database
 from bot.testing.agent import Agent
 
-ITEM_SPACING_S = 0.075
-"""Least time between two latency items: two rate-limited calls each stay under 30/s."""
+ITEM_SPACING_S = 0.1
+"""Least time between two latency items: their two rate-limited calls each (the card and
+its edit) stay well under 30 a second in any second."""
 OVERALL_LIMIT = 30
 """Telegram's sends per second for one bot (and the bot's rate limiter's)."""
 GROUP_LIMIT_PER_MIN = 20
@@ -148,7 +149,7 @@ def _row(label: str, value: str, floor: str = "", note: str = "") -> None:
 # --- 1. latency --------------------------------------------------------------------------
 
 
-async def _relay_hop_floor(world: World, rounds: int) -> list[float]:
+async def _relay_hop_floor(relay_url: str, agent: Agent, rounds: int) -> list[float]:
     """One relay hop: ``Agent.send_raw`` of a one-item inbox to a client that notes arrival."""
     loop = asyncio.get_running_loop()
     arrivals: asyncio.Queue[float] = asyncio.Queue()
@@ -157,22 +158,22 @@ async def _relay_hop_floor(world: World, rounds: int) -> list[float]:
         arrivals.put_nowait(loop.time())
 
     device = Identity.generate("bench device")
-    client = RelayClient(world.relay.url, device, handler=note, outbox=MemoryOutbox(),
+    client = RelayClient(relay_url, device, handler=note, outbox=MemoryOutbox(),
                          backoff_initial=FAST_RELAY["backoff_initial"])
     task = asyncio.create_task(client.run())
-    world.agent.peers[device.id] = device.card  # a listener only: it never pairs
-    body = {**world.agent.inbox(), "approvals": [approval("floor0000")]}
+    agent.peers[device.id] = device.card  # a listener only: it never pairs
+    body = {**agent.inbox(), "approvals": [approval("floor0000")]}
     try:
         await _until(lambda: client.connected, "the floor client to connect", 10)
         latencies = []
         for _ in range(rounds):
             started = loop.time()
-            world.agent.send_raw(device.id, "inbox_update", body)
+            agent.send_raw(device.id, "inbox_update", body)
             arrived = await asyncio.wait_for(arrivals.get(), TIMEOUT_S)
             latencies.append(arrived - started)
         return latencies
     finally:
-        del world.agent.peers[device.id]
+        del agent.peers[device.id]
         await client.stop()
         await task
 
@@ -197,10 +198,34 @@ async def _decisions(agent: Agent, count: int) -> None:
     await agent.wait_for(lambda a: len(a.decisions) >= count, TIMEOUT_S)
 
 
-async def _latency_items(world: World, bot: Store, count: int) -> tuple[list[float], list[float]]:
+async def _latency_runs(
+    sizes: Sizes, tmp: Path, tg: TelegramStub, agent: Agent
+) -> tuple[list[float], list[float], list[float]]:
+    """With the bot started on ``tg``: the relay hop's floor, then approvals one at a time
+    (see :func:`_latency_items`)."""
+    config = tmp / "skald-telegram.toml"
+    config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
+    database = load_config(str(config), environ=_bot_environment()).database_path
+    log = tmp / "bot.log"
+    async with _bot_process(config, log):
+        try:
+            await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
+            hops = await _relay_hop_floor(agent.relay_url, agent, sizes.latency_items)
+            tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
+            await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
+            with _read_only(database) as bot:
+                cards, decisions = await _latency_items(tg, agent, bot, sizes.latency_items)
+        except BaseException:
+            print(log.read_text()[-3000:], file=sys.stderr)
+            raise
+    return hops, cards, decisions
+
+
+async def _latency_items(
+    tg: TelegramStub, agent: Agent, bot: Store, count: int
+) -> tuple[list[float], list[float]]:
     """Approvals one at a time: (seconds from each submit to its card, from each tap to its
     decision at the agent). ``bot``: the bot's store, read-only."""
-    agent, tg = world.agent, world.tg
     cards: list[float] = []
     decisions: list[float] = []
     for index in range(count):
@@ -211,7 +236,11 @@ async def _latency_items(world: World, bot: Store, count: int) -> tuple[list[flo
         needle = f"({item_id})"  # the approval's summary ends with it
         posted = await _sent(tg, needle, since)
         cards.append(posted.at - started)
-        card = await world.wait_card(ADA, needle, timeout=TIMEOUT_S)
+        def shown(stub: TelegramStub, needle: str = needle) -> bool:
+            return any(needle in m.text and m.buttons() for m in stub.bot_messages(ADA))
+
+        await tg.wait_for(shown, TIMEOUT_S)
+        card = next(m for m in tg.bot_messages(ADA) if needle in m.text and m.buttons())
         # A person taps once the card is there; the bench, once the bot recorded it too.
         def recorded(message_id: int = card.message_id) -> bool:
             return bot.cards.by_message(ADA, message_id) is not None
@@ -234,24 +263,18 @@ async def _latency_items(world: World, bot: Store, count: int) -> tuple[list[flo
 
 
 async def _latency(sizes: Sizes, tmp: Path) -> None:
-    async with make_world(tmp, chat_pace_seconds=0) as world:
-        tg, agent = world.tg, world.agent
-        polls = await _get_updates_floor(tg, sizes.latency_items)
-        config = tmp / "skald-telegram.toml"
-        config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
-        database = load_config(str(config), environ=_bot_environment()).database_path
-        log = tmp / "bot.log"
-        async with _bot_process(config, log):
-            try:
-                await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
-                hops = await _relay_hop_floor(world, sizes.latency_items)
-                tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
-                await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
-                with _read_only(database) as bot:
-                    cards, decisions = await _latency_items(world, bot, sizes.latency_items)
-            except BaseException:
-                print(log.read_text()[-3000:], file=sys.stderr)
-                raise
+    relay = await RelayProcess.start(tmp / "relay")
+    agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
+    try:
+        async with TelegramStub(token=TOKEN) as tg:
+            tg.add_user(ADA, "Ada", "Lovelace", username="ada")
+            tg.add_private_chat(ADA)
+            await agent.start()
+            polls = await _get_updates_floor(tg, sizes.latency_items)
+            hops, cards, decisions = await _latency_runs(sizes, tmp, tg, agent)
+    finally:
+        await agent.stop()
+        await relay.kill()
     _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
            "chat pace 0")
     _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart; taps once the bot recorded "
