@@ -80,6 +80,7 @@ from bot.relay.frames import (
     encode_envelope,
     error_frame,
     parse_frame,
+    read_send,
     ready_frame,
     sent_frame,
 )
@@ -714,6 +715,12 @@ class RelayServer:
 
     async def _on_frame(self, session: _Session, message: str | bytes) -> bool:
         """Handle one frame of a session; ``True`` if it was refused."""
+        if isinstance(message, str) and (send := read_send(message)) is not None:
+            accepted = self._queue_send(
+                session, send.envelope_id, send.sender, send.recipient, send.text
+            )
+            await session.answers.put(accepted)
+            return isinstance(accepted, str)
         try:
             frame = parse_frame(message)
         except FrameError as exc:
@@ -745,16 +752,21 @@ class RelayServer:
                 else ErrorCode.BAD_ENVELOPE
             )
             return self._refusal(session.id, code, str(exc), frame.envelope_id)
-        if envelope.sender != session.id:
-            detail = "from is not this session's id"
-            return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
         body = frame.text if frame.text is not None else encode_envelope(frame.envelope)
-        item = Incoming(
-            envelope.recipient, envelope.sender, envelope.id, body, address=session.ws.address
-        )
+        return self._queue_send(session, envelope.id, envelope.sender, envelope.recipient, body)
+
+    def _queue_send(
+        self, session: _Session, envelope_id: str, sender: str, recipient: str, body: str
+    ) -> str | _PendingSend:
+        """Hand a checked envelope to the next transaction, unless its ``from`` is not the
+        session's id; its pending answer, or the refusal to send at once."""
+        if sender != session.id:
+            detail = "from is not this session's id"
+            return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope_id)
+        item = Incoming(recipient, sender, envelope_id, body, address=session.ws.address)
         results = self._schedule_commit()
         self._batch.puts.append(item)
-        return _PendingSend(envelope.id, results, len(self._batch.puts) - 1)
+        return _PendingSend(envelope_id, results, len(self._batch.puts) - 1)
 
     def _schedule_commit(self) -> asyncio.Future[list[PutResult | None]]:
         """Make sure the batch is written: by the next transaction, once the one being
