@@ -51,9 +51,6 @@ SCHEMA_VERSION: Final = 4
 CACHE_KIB: Final = 32 * 1024
 """The writer's page cache: what is in flight at ten thousand envelopes a second (its
 rows and indexes) stays in memory instead of being read back from the file."""
-CHECKPOINT_PAGES: Final = 4000
-"""Pages the write-ahead log grows to before a commit copies it into the database file:
-an index page rewritten by many transactions in between is copied once."""
 
 BUSY_TIMEOUT_S: Final = 5.0
 """How long a write waits for another connection's write lock before it fails."""
@@ -330,7 +327,6 @@ class RelayQueue:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-            connection.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
             _ensure_schema(connection)
             reader = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
