@@ -19,6 +19,11 @@
    forwarding server in its own process with the same frames and connections that stores
    and checks nothing, measured the same way in the same run.
 
+   The load generator shares the machine's cores with the server, so the pairs' sessions,
+   once opened and authenticated by websockets, are driven on their sockets directly
+   (:class:`_RawSession`): frames masked before timing starts, frames read by their
+   header. The server, and the floor, get the same bytes as from any WebSocket client.
+
 Envelopes are sealed (or made) before timing starts: crypto is measured by
 ``bench_envelope``.
 """
@@ -39,6 +44,11 @@ from pathlib import Path
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # websockets built without its C extension
+    from websockets.utils import apply_mask
 
 from bot.protocol.encoding import b64u_encode
 from bot.protocol.envelope import seal
@@ -215,6 +225,77 @@ def _id_of(frame: str) -> str:
     return frame[start : start + 32]
 
 
+_ID_KEY_BYTES = ID_KEY.encode()
+
+
+def _id_in(payload: bytes) -> str:
+    """:func:`_id_of` for a frame's bytes."""
+    start = payload.index(_ID_KEY_BYTES) + len(_ID_KEY_BYTES)
+    return payload[start : start + 32].decode()
+
+
+class _RawSession(asyncio.Protocol):
+    """A pair's session, once open, driven on its socket with as little work as a client
+    can do, so that the load generator (which shares the machine's two cores) costs less
+    than the server it measures: text frames written already masked, frames read by their
+    header alone. The server gets the same bytes as from any WebSocket client.
+
+    The connection is opened and authenticated by websockets; its socket is then taken
+    over (nothing is in flight: the server sends nothing until something is queued)."""
+
+    def __init__(self, ws: ClientConnection, on_frame: Callable[[bytes], None]) -> None:
+        transport = ws.transport
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._on_frame = on_frame
+        self._buffer = bytearray()
+        self._mask = os.urandom(4)
+        transport.set_protocol(self)
+
+    def frame(self, text: str, opcode: int = 0x1) -> bytes:
+        """A masked client frame, ready to write."""
+        data = text.encode()
+        size = len(data)
+        if size < 126:
+            head = bytes((0x80 | opcode, 0x80 | size))
+        elif size < 1 << 16:
+            head = bytes((0x80 | opcode, 0x80 | 126)) + size.to_bytes(2, "big")
+        else:
+            head = bytes((0x80 | opcode, 0x80 | 127)) + size.to_bytes(8, "big")
+        return head + self._mask + apply_mask(data, self._mask)
+
+    def write(self, frame: bytes) -> None:
+        self._transport.write(frame)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos, end = 0, len(buffer)
+        while end - pos >= 2:
+            opcode, size, head = buffer[pos] & 0x0F, buffer[pos + 1] & 0x7F, 2
+            if size == 126:
+                if end - pos < 4:
+                    break
+                size, head = int.from_bytes(buffer[pos + 2 : pos + 4], "big"), 4
+            elif size == 127:
+                if end - pos < 10:
+                    break
+                size, head = int.from_bytes(buffer[pos + 2 : pos + 10], "big"), 10
+            if end - pos < head + size:
+                break
+            payload = bytes(buffer[pos + head : pos + head + size])
+            pos += head + size
+            if opcode == 0x1:
+                self._on_frame(payload)
+            elif opcode == 0x9:  # ping: pong
+                self.write(self.frame(payload.decode("latin-1"), 0xA))
+        del buffer[:pos]
+
+    def close(self) -> None:
+        self.write(self.frame("\x03\xe8", 0x8))  # close, code 1000
+        self._transport.close()
+
+
 @dataclass
 class _Load:
     """What the pairs did: when each envelope was sent, and delivery latencies."""
@@ -254,20 +335,27 @@ async def _floor_connection(url: str, identity: Identity, role: str) -> ClientCo
     )
 
 
-async def _receive(ws: ClientConnection, load: _Load) -> None:
-    with contextlib.suppress(Exception):
-        async for frame in ws:
-            envelope_id = _id_of(str(frame))
-            load.arrived(envelope_id)
-            await ws.send('{"type":"ack","id":"' + envelope_id + '"}')
+def _receiver(ws: ClientConnection, load: _Load) -> _RawSession:
+    """A receiver: acks every delivery at once."""
+
+    def on_frame(payload: bytes) -> None:
+        envelope_id = _id_in(payload)
+        load.arrived(envelope_id)
+        session.write(session.frame('{"type":"ack","id":"' + envelope_id + '"}'))
+
+    session = _RawSession(ws, on_frame)
+    return session
 
 
-async def _answers(ws: ClientConnection, load: _Load, window: asyncio.Semaphore) -> None:
-    with contextlib.suppress(Exception):
-        async for frame in ws:
-            if '"sent"' not in str(frame):
-                load.refused += 1
-            window.release()
+def _sender(ws: ClientConnection, load: _Load, window: asyncio.Semaphore) -> _RawSession:
+    """A sender: each answer opens its window by one."""
+
+    def on_frame(payload: bytes) -> None:
+        if b'"sent"' not in payload:
+            load.refused += 1
+        window.release()
+
+    return _RawSession(ws, on_frame)
 
 
 @dataclass(frozen=True)
@@ -325,24 +413,26 @@ async def _pairs_run(
         )
     load = _Load()
     windows = [asyncio.Semaphore(SEND_WINDOW) for _ in the_pairs]
-    tasks = [asyncio.create_task(_receive(p.receive_ws, load)) for p in the_pairs]
-    tasks += [
-        asyncio.create_task(_answers(p.send_ws, load, w))
-        for p, w in zip(the_pairs, windows, strict=False)
-    ]
+    receivers = [_receiver(p.receive_ws, load) for p in the_pairs]
+    senders = [_sender(p.send_ws, load, w) for p, w in zip(the_pairs, windows, strict=True)]
 
-    async def flood(pair: _Pair, window: asyncio.Semaphore, frames: list[str]) -> None:
-        for frame in frames:
+    def wire(sender: _RawSession, frames: list[str]) -> list[tuple[str, bytes]]:
+        return [(_id_of(frame), sender.frame(frame)) for frame in frames]
+
+    async def flood(
+        sender: _RawSession, window: asyncio.Semaphore, frames: list[tuple[str, bytes]]
+    ) -> None:
+        for _, frame in frames:
             await window.acquire()
-            await pair.send_ws.send(frame)
+            sender.write(frame)
 
     # Warm-up: every receiver hears from its sender once (a contact from then on).
     cpu_before = cpu()
     load.target = pairs
     await asyncio.gather(
         *(
-            flood(p, w, [_fake_envelope(p.sender.id, p.receiver.id)])
-            for p, w in zip(the_pairs, windows, strict=False)
+            flood(r, w, wire(r, [_fake_envelope(p.sender.id, p.receiver.id)]))
+            for p, r, w in zip(the_pairs, senders, windows, strict=True)
         )
     )
     await asyncio.wait_for(load.done.wait(), 60)
@@ -351,13 +441,14 @@ async def _pairs_run(
     per_pair = max(int(FLOOD_RATE * seconds / pairs), SEND_WINDOW)
     carried = pairs * (1 + per_pair)
     frames = [
-        [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)] for p in the_pairs
+        wire(r, [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)])
+        for p, r in zip(the_pairs, senders, strict=True)
     ]
     load.delivered, load.done = 0, asyncio.Event()
     load.target = per_pair * pairs
     started = time.perf_counter()
     await asyncio.gather(
-        *(flood(p, w, f) for p, w, f in zip(the_pairs, windows, frames, strict=False))
+        *(flood(r, w, f) for r, w, f in zip(senders, windows, frames, strict=True))
     )
     await asyncio.wait_for(load.done.wait(), 120)
     rate = load.target / (time.perf_counter() - started)
@@ -367,39 +458,39 @@ async def _pairs_run(
     carried += pairs * per_pair
     gap = pairs / STEADY_RATE
     frames = [
-        [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)] for p in the_pairs
+        wire(r, [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)])
+        for p, r in zip(the_pairs, senders, strict=True)
     ]
     load.delivered, load.done, load.latencies = 0, asyncio.Event(), []
     load.target = per_pair * pairs
 
     async def paced(
-        pair: _Pair, window: asyncio.Semaphore, frames: list[str], offset: float
+        sender: _RawSession,
+        window: asyncio.Semaphore,
+        frames: list[tuple[str, bytes]],
+        offset: float,
     ) -> None:
         begin = time.perf_counter() + offset
-        for n, frame in enumerate(frames):
+        for n, (envelope_id, frame) in enumerate(frames):
             delay = begin + n * gap - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             await window.acquire()
-            load.sent_at[_id_of(frame)] = time.perf_counter()
-            await pair.send_ws.send(frame)
+            load.sent_at[envelope_id] = time.perf_counter()
+            sender.write(frame)
 
     await asyncio.gather(
         *(
-            paced(p, w, f, gap * n / pairs)
-            for n, (p, w, f) in enumerate(zip(the_pairs, windows, frames, strict=False))
+            paced(r, w, f, gap * n / pairs)
+            for n, (r, w, f) in enumerate(zip(senders, windows, frames, strict=True))
         )
     )
     await asyncio.wait_for(load.done.wait(), 60)
     used = cpu() - cpu_before
-    for pair in the_pairs:
-        await pair.send_ws.close()
-        await pair.receive_ws.close()
+    for session in senders + receivers:
+        session.close()
     for ws in idle_sessions:
         await ws.close()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
     return _Figures(rate, load.latencies, load.refused, carried, used)
 
 

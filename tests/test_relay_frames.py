@@ -31,6 +31,7 @@ from bot.relay.frames import (
     encode_envelope,
     error_frame,
     parse_frame,
+    read_send,
     ready_frame,
     send_frame,
     sent_frame,
@@ -174,3 +175,86 @@ def test_a_send_frames_envelope_text_is_exactly_its_envelope(frame: str, cut: bo
     assert (parsed.text is not None) is cut
     if parsed.text is not None:
         assert json.loads(parsed.text) == parsed.envelope
+
+
+def _full_read(text: str) -> tuple[str, str, str, str | None] | None:
+    """What parse_frame and parse_envelope make of a send frame: its headers, or None."""
+    try:
+        frame = parse_frame(text)
+        assert isinstance(frame, Send)
+        envelope = parse_envelope(frame.envelope)
+    except (ProtocolError, EnvelopeRefused):
+        return None
+    return envelope.id, envelope.sender, envelope.recipient, frame.text
+
+
+def _send_text(**fields: object) -> str:
+    envelope: dict[str, object] = {
+        "v": 1,
+        "id": ID,
+        "from": "1" * 32,
+        "to": "2" * 32,
+        "ts": 1_700_000_000_000,
+        "ct": b64u_encode(bytes(range(48))),
+        "sig": b64u_encode(bytes(64)),
+    }
+    envelope.update(fields)
+    return send_frame(encode_envelope({k: v for k, v in envelope.items() if v is not None}))
+
+
+_GOOD_SENDS = [
+    _send_text(),
+    _send_text(ts=0),
+    _send_text(ts=(1 << 63) - 1),
+    _send_text(ct=b64u_encode(bytes(2000))),
+    _send_text(push=b64u_encode(bytes(100))),
+    _send_text(push=""),
+]
+_OTHER_SENDS = [
+    _send_text(v=2),
+    _send_text(v=1.0),
+    _send_text(ts=1 << 63),
+    _send_text(ts=-1),
+    _send_text(ts=1.5),
+    _send_text(id=ID.upper()),
+    _send_text(to="2" * 31),
+    _send_text(ct=b64u_encode(bytes(47))),
+    _send_text(ct=b64u_encode(bytes(49))[:-1] + "B"),  # stray trailing bits
+    _send_text(ct=b64u_encode(bytes(48)) + "A"),  # a length no base64 has
+    _send_text(ct=b64u_encode(bytes(49)) + "=="),
+    _send_text(ct="+" + b64u_encode(bytes(48))[1:]),
+    _send_text(ct="\\u0041" + b64u_encode(bytes(48))[1:]),
+    _send_text(sig=b64u_encode(bytes(63))),
+    _send_text(sig=b64u_encode(bytes(64))[:-1] + "B"),
+    _send_text(push="A" * 3501),
+    _send_text(push="!" * 4),
+    _send_text(ct=b64u_encode(bytes(MAX_ENVELOPE_BYTES * 3 // 4))),
+    _send_text(extra="x"),
+    _send_text().replace('"v":1,', '"v": 1,'),
+    _send_text().replace('"v":1,', '"v":01,'),
+    _send_text().replace('"ts":', '"ts":0'),
+    _send_text().replace('"sig":', '"sig":"x","sig":'),
+    _send_text()[:-1] + ',"sig":"AA"}',
+    _send_text() + " ",
+    _send_text()[:-2] + "}",
+    '{"envelope":' + _send_text()[len('{"type":"send","envelope":') : -1] + ',"type":"send"}',
+]
+
+
+@pytest.mark.parametrize("text", _GOOD_SENDS + _OTHER_SENDS)
+def test_read_send_agrees_with_the_full_checks(text: str) -> None:
+    """The fast reading of a send frame accepts only what the full checks accept, with
+    the same headers and text; anything else is left to them (and their refusals)."""
+    fast = read_send(text)
+    full = _full_read(text)
+    if text in _GOOD_SENDS:
+        assert fast is not None
+    if fast is not None:
+        assert full == (fast.envelope_id, fast.sender, fast.recipient, fast.text)
+
+
+@given(st.text(alphabet='{}":,0123456789abcdefvitsgpuhromAB-_', max_size=60))
+def test_read_send_refuses_what_the_full_checks_refuse(tail: str) -> None:
+    text = _send_text()[:-60] + tail
+    if (fast := read_send(text)) is not None:
+        assert _full_read(text) == (fast.envelope_id, fast.sender, fast.recipient, fast.text)

@@ -317,6 +317,52 @@ def test_the_first_schema_is_upgraded(tmp_path: Path) -> None:
     assert version == (SCHEMA_VERSION,)
 
 
+def test_the_third_schema_is_upgraded(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / DB_NAME)
+    db.executescript(
+        """
+        CREATE TABLE queue (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            recipient TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            address TEXT NOT NULL,
+            envelope_id TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            queued_ms INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            UNIQUE (recipient, sender, envelope_id)
+        );
+        CREATE TABLE recipients (id TEXT PRIMARY KEY, first_ms INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE contacts (
+            recipient TEXT NOT NULL,
+            sender TEXT NOT NULL,
+            PRIMARY KEY (recipient, sender)
+        ) WITHOUT ROWID;
+        CREATE INDEX queue_by_recipient ON queue (recipient, seq, size);
+        CREATE INDEX queue_by_envelope ON queue (recipient, envelope_id);
+        CREATE INDEX queue_by_age ON queue (queued_ms);
+        PRAGMA user_version = 3;
+        """
+    )
+    db.execute("INSERT INTO recipients VALUES (?, 0)", (ALICE,))
+    for n, sender in ((1, CAROL), (1, MALLORY), (2, CAROL)):
+        db.execute(
+            "INSERT INTO queue (recipient, sender, address, envelope_id, size, queued_ms, body)"
+            " VALUES (?, ?, '10.0.0.1', ?, 4, 1, ?)",
+            (ALICE, sender, _id(n), f"b{n}{sender[0]}"),
+        )
+    db.commit()
+    db.close()
+    queue = RelayQueue.open(tmp_path)
+    assert [q.body for q in queue.pending(ALICE)] == ["b1c", "b1d", "b2c"]
+    assert put(queue, item(ALICE, 2, sender=CAROL)) == [PutResult.DUPLICATE]
+    assert ack(queue, ALICE, 1)  # the oldest of the two with that id
+    assert [q.body for q in queue.pending(ALICE)] == ["b1d", "b2c"]
+    queue.close()
+    version = sqlite3.connect(tmp_path / DB_NAME).execute("PRAGMA user_version").fetchone()
+    assert version == (SCHEMA_VERSION,)
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     RelayQueue.open(tmp_path).close()
     db = sqlite3.connect(tmp_path / DB_NAME)

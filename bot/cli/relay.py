@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from bot.relay import limits
 from bot.signals import until_signalled
@@ -178,8 +180,31 @@ def _dest(flag: str) -> str:
     return flag.removeprefix("--").replace("-", "_")
 
 
+GC_THRESHOLDS: Final = (2000, 10, 100)
+"""The collector's thresholds in the relay process (Python's defaults: 700, 10, 10)."""
+SWITCH_INTERVAL_S: Final = 0.001
+"""How long a thread may hold the interpreter lock while another waits (default 5 ms)."""
+
+
+def _tune_for_serving() -> None:
+    """Keep the event loop's pauses short while it serves.
+
+    The process holds many long-lived objects (each session's connection, tasks and
+    buffers), and a full collection visits them all: about 90 ms for a thousand sessions,
+    during which no frame moves. Objects from start-up are frozen out of collections;
+    a larger young generation lets each envelope's objects die before a collection sees
+    them, so fewer reach the old generation, which is collected ten times less often than
+    by default. The queue's transactions run in a worker thread that takes the interpreter
+    lock between statements: with a shorter switch interval it waits at most 1 ms for the
+    event loop each time, not 5."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
 async def _serve_until_signalled(relay: RelayServer) -> None:
     async with relay:
+        _tune_for_serving()
         log.info("relay listening on %s", relay.url)
         await until_signalled()
         log.info("relay shutting down")

@@ -17,8 +17,14 @@ from typing import Final, TypeAlias
 
 from bot.errors import PayloadError, ProtocolError
 from bot.protocol.encoding import b64u_decode, b64u_encode, loads_limited
-from bot.protocol.envelope import MAX_ENVELOPE_BYTES
-from bot.protocol.identity import is_id
+from bot.protocol.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_PUSH_CHARS,
+    MAX_TS,
+    MIN_CT_BYTES,
+    VERSION,
+)
+from bot.protocol.identity import SIGNATURE_BYTES, is_id
 
 MAX_FRAME_BYTES: Final = 2 * MAX_ENVELOPE_BYTES
 """Frames up to this size are read and answered (an oversized envelope gets ``too_large``);
@@ -148,6 +154,59 @@ def _cut_envelope(text: str, obj: dict[str, object]) -> str | None:
     ):
         return text[len(_SEND_PREFIX) : -1]
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeaders:
+    """What the relay needs of a ``send`` frame read by :func:`read_send`."""
+
+    envelope_id: str
+    sender: str
+    recipient: str
+    text: str
+    """The envelope's JSON text, exactly as the frame holds it."""
+
+
+_SEND_HEAD: Final = re.compile(
+    r'\{"type":"send","envelope":\{"v":' + str(VERSION) + r',"id":"([0-9a-f]{32})",'
+    r'"from":"([0-9a-f]{32})",'
+    r'"to":"([0-9a-f]{32})","ts":(0|[1-9][0-9]{0,18}),"ct":"'
+)
+_SEND_TAIL: Final = re.compile(r'","sig":"([A-Za-z0-9_-]*)"(?:,"push":"([A-Za-z0-9_-]*)")?\}\}')
+
+
+def read_send(text: str) -> SendHeaders | None:
+    """Read a ``send`` frame written exactly as :func:`send_frame` writes an envelope
+    (keys in :meth:`bot.protocol.envelope.Envelope.to_json`'s order, no spaces, no
+    escapes), without decoding it as JSON: ``None`` for anything else, which
+    :func:`parse_frame` and :func:`bot.protocol.envelope.parse_envelope` then decide.
+
+    Every check of those two applies: what this accepts, they accept with the same
+    headers (so refusals keep their reasons), because in this form the frame is JSON of
+    that shape and its fields are checked the same way (``ts`` in range, ``ct`` and
+    ``sig`` and ``push`` canonical base64url of the right lengths, the size)."""
+    head = _SEND_HEAD.match(text)
+    if head is None:
+        return None
+    ct_start = head.end()
+    ct_end = text.find('"', ct_start)
+    tail = _SEND_TAIL.fullmatch(text, ct_end) if ct_end > 0 else None
+    if tail is None or len(text) - len(_SEND_PREFIX) - 1 > MAX_ENVELOPE_BYTES:
+        return None
+    envelope_id, sender, recipient, ts = head.groups()
+    sig, push = tail.groups()
+    try:
+        if (
+            int(ts) > MAX_TS
+            or len(b64u_decode(text[ct_start:ct_end])) < MIN_CT_BYTES
+            or len(b64u_decode(sig)) != SIGNATURE_BYTES
+        ):
+            return None
+        if push is not None and (len(push) > MAX_PUSH_CHARS or b64u_decode(push) is None):
+            return None
+    except ProtocolError:
+        return None
+    return SendHeaders(envelope_id, sender, recipient, text[len(_SEND_PREFIX) : -1])
 
 
 _COMPACT_ACK: Final = re.compile(r'\{"type":"ack","id":"([0-9a-f]{32})"\}')

@@ -80,6 +80,7 @@ from bot.relay.frames import (
     encode_envelope,
     error_frame,
     parse_frame,
+    read_send,
     ready_frame,
     sent_frame,
 )
@@ -124,6 +125,9 @@ DELIVER_PAGE_BYTES: Final = 4 * 1024 * 1024
 """Bodies loaded from disk at once when delivering (at least one envelope)."""
 DELIVER_WINDOW_BYTES: Final = 8 * 1024 * 1024
 """Bytes of deliveries a session may have unacknowledged (besides ``DELIVER_WINDOW``)."""
+WRITE_BYTES: Final = 64 * 1024
+"""Deliveries ready together are written to the socket together up to about this size
+(one system call for many small envelopes; a large one is written alone)."""
 MAX_QUEUED_FRAMES: Final = 4
 """Frames websockets reads ahead of the session (its ``max_queue``)."""
 PRE_AUTH_FRAME_BYTES: Final = 4096
@@ -260,6 +264,37 @@ class _Connection(ServerConnection):
             self.admitted = False
             self.admission.release(self.address, authenticated=self.authenticated)
         super().connection_lost(exc)
+
+    async def send_texts(self, texts: list[str]) -> None:
+        """Send text frames, in order, in one write to the socket (one system call
+        rather than one per frame); raises ``ConnectionClosed`` as ``send`` does."""
+        async with self.send_context():
+            for text in texts:
+                self.protocol.send_text(text.encode())
+
+    def send_data(self) -> None:
+        """Write what the protocol has to send, frames produced together in one write."""
+        chunks = self.protocol.data_to_send()
+        run: list[bytes] = []
+        for data in chunks:
+            if data:
+                run.append(data)
+                continue
+            self._write(run)
+            run = []
+            # The end of the stream: half-close, as websockets itself does.
+            if self.transport.can_write_eof():
+                with contextlib.suppress(Exception):
+                    self.transport.write_eof()
+            else:
+                self.transport.close()
+        self._write(run)
+
+    def _write(self, run: list[bytes]) -> None:
+        if len(run) == 1:
+            self.transport.write(run[0])
+        elif run:
+            self.transport.write(b"".join(run))
 
 
 def _connection_type(admission: _Admission) -> type[ServerConnection]:
@@ -680,6 +715,12 @@ class RelayServer:
 
     async def _on_frame(self, session: _Session, message: str | bytes) -> bool:
         """Handle one frame of a session; ``True`` if it was refused."""
+        if isinstance(message, str) and (send := read_send(message)) is not None:
+            accepted = self._queue_send(
+                session, send.envelope_id, send.sender, send.recipient, send.text
+            )
+            await session.answers.put(accepted)
+            return isinstance(accepted, str)
         try:
             frame = parse_frame(message)
         except FrameError as exc:
@@ -711,16 +752,21 @@ class RelayServer:
                 else ErrorCode.BAD_ENVELOPE
             )
             return self._refusal(session.id, code, str(exc), frame.envelope_id)
-        if envelope.sender != session.id:
-            detail = "from is not this session's id"
-            return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope.id)
         body = frame.text if frame.text is not None else encode_envelope(frame.envelope)
-        item = Incoming(
-            envelope.recipient, envelope.sender, envelope.id, body, address=session.ws.address
-        )
+        return self._queue_send(session, envelope.id, envelope.sender, envelope.recipient, body)
+
+    def _queue_send(
+        self, session: _Session, envelope_id: str, sender: str, recipient: str, body: str
+    ) -> str | _PendingSend:
+        """Hand a checked envelope to the next transaction, unless its ``from`` is not the
+        session's id; its pending answer, or the refusal to send at once."""
+        if sender != session.id:
+            detail = "from is not this session's id"
+            return self._refusal(session.id, ErrorCode.BAD_ENVELOPE, detail, envelope_id)
+        item = Incoming(recipient, sender, envelope_id, body, address=session.ws.address)
         results = self._schedule_commit()
         self._batch.puts.append(item)
-        return _PendingSend(envelope.id, results, len(self._batch.puts) - 1)
+        return _PendingSend(envelope_id, results, len(self._batch.puts) - 1)
 
     def _schedule_commit(self) -> asyncio.Future[list[PutResult | None]]:
         """Make sure the batch is written: by the next transaction, once the one being
@@ -775,18 +821,31 @@ class RelayServer:
         return results
 
     async def _answer(self, session: _Session) -> None:
-        """Send the answers to the session's frames in order, each once it is known."""
+        """Send the answers to the session's frames in order, each once it is known;
+        those known together (a batch's ``sent`` frames) go out in one write."""
+        ws, answers = session.ws, session.answers
         while True:
-            answer = await session.answers.get()
-            if isinstance(answer, _Close):
-                await session.ws.close(answer.code, answer.reason)
-                return
-            if isinstance(answer, _PendingSend):
-                if not answer.results.done():
-                    await asyncio.shield(answer.results)  # shared by the batch: never cancel it
-                result = answer.results.result()[answer.index]
-                answer = self._send_answer(session.id, answer.envelope_id, result)
-            await session.ws.send(answer)
+            answer = await answers.get()
+            texts: list[str] = []
+            while True:
+                if isinstance(answer, _Close):
+                    if texts:
+                        await ws.send_texts(texts)
+                    await ws.close(answer.code, answer.reason)
+                    return
+                if isinstance(answer, _PendingSend):
+                    if not answer.results.done():
+                        if texts:  # the answers before it need not wait for its batch
+                            await ws.send_texts(texts)
+                            texts = []
+                        await asyncio.shield(answer.results)  # shared: never cancel it
+                    result = answer.results.result()[answer.index]
+                    answer = self._send_answer(session.id, answer.envelope_id, result)
+                texts.append(answer)
+                if answers.empty():
+                    break
+                answer = answers.get_nowait()
+            await ws.send_texts(texts)
 
     async def _close_when_idle(self, session: _Session) -> None:
         """Close the session once it has carried nothing for ``idle_timeout`` seconds."""
@@ -810,15 +869,24 @@ class RelayServer:
         if written is not None:
             await asyncio.shield(written)  # shared with other sessions: never cancel it
 
-        async def send(item: Queued) -> None:
+        async def send(items: deque[Queued]) -> None:
+            """Send ``items`` (taking them from the front) as the window allows, those
+            it allows at once in one write."""
             nonlocal last_seq
-            if item.seq <= last_seq:
-                return  # already sent from disk
-            await session.window_open.wait()
-            await session.ws.send(deliver_frame(item.body))
-            session.delivered(item.envelope_id, item.size)
-            session.active = time.monotonic()
-            last_seq = item.seq
+            while items:
+                await session.window_open.wait()
+                frames, size = [], 0
+                while items and session.window_open.is_set() and size < WRITE_BYTES:
+                    item = items.popleft()
+                    if item.seq <= last_seq:
+                        continue  # already sent from disk
+                    frames.append(deliver_frame(item.body))
+                    session.delivered(item.envelope_id, item.size)
+                    size += item.size
+                    last_seq = item.seq
+                if frames:
+                    await session.ws.send_texts(frames)
+                    session.active = time.monotonic()
 
         try:
             while True:
@@ -831,11 +899,9 @@ class RelayServer:
                         limit=min(DELIVER_PAGE, DELIVER_WINDOW),
                         max_bytes=DELIVER_PAGE_BYTES,
                     ):
-                        for item in page:
-                            await send(item)
+                        await send(deque(page))
                     session.caught_up = True
-                while session.handed:
-                    await send(session.handed.popleft())
+                await send(session.handed)
         except ConnectionClosed:
             return
         except StoreError as exc:
