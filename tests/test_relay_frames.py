@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.errors import EnvelopeRefused, ProtocolError, RefusalReason
-from bot.protocol.encoding import b64u_decode, b64u_encode
+from bot.errors import EnvelopeRefused, PayloadError, ProtocolError, RefusalReason
+from bot.protocol.encoding import b64u_decode, b64u_encode, loads_limited
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, parse_envelope
 from bot.protocol.identity import is_id
 from bot.relay.frames import (
@@ -25,6 +25,8 @@ from bot.relay.frames import (
     Ready,
     Send,
     Sent,
+    _parse_deliver,
+    _read_deliver,
     ack_frame,
     challenge_frame,
     deliver_frame,
@@ -258,3 +260,41 @@ def test_read_send_refuses_what_the_full_checks_refuse(tail: str) -> None:
     text = _send_text()[:-60] + tail
     if (fast := read_send(text)) is not None:
         assert _full_read(text) == (fast.envelope_id, fast.sender, fast.recipient, fast.text)
+
+
+def _as_deliver(send_text: str) -> str:
+    return deliver_frame(send_text[len('{"type":"send","envelope":') : -1])
+
+
+def _full_deliver(text: str) -> Deliver | None:
+    """What the full parse (JSON decoded under every limit) makes of a deliver frame."""
+    try:
+        obj = loads_limited(text, max_bytes=MAX_FRAME_BYTES)
+        assert isinstance(obj, dict) and obj.get("type") == "deliver"
+        return _parse_deliver(obj)
+    except (ProtocolError, PayloadError, AssertionError):
+        return None
+
+
+@pytest.mark.parametrize("text", [_as_deliver(t) for t in _GOOD_SENDS + _OTHER_SENDS])
+def test_a_deliver_frame_read_without_json_is_the_full_parses(text: str) -> None:
+    """A deliver frame in the form clients write envelopes is read without decoding its
+    JSON, into exactly the envelope the full parse makes (keys in order); any other form
+    is left to the full parse."""
+    fast = _read_deliver(text)
+    if text in [_as_deliver(t) for t in _GOOD_SENDS]:
+        assert fast is not None
+    if fast is not None:
+        full = _full_deliver(text)
+        assert full == fast
+        assert list(full.envelope.items()) == list(fast.envelope.items())
+        assert parse_frame(text) == fast
+
+
+@given(st.text(alphabet='{}":,0123456789abcdefvitsgpuhromAB-_\\\n', max_size=60))
+def test_a_deliver_frame_read_without_json_agrees_with_the_full_parse(tail: str) -> None:
+    text = _as_deliver(_send_text())[:-60] + tail
+    if (fast := _read_deliver(text)) is not None:
+        full = _full_deliver(text)
+        assert full == fast
+        assert full is not None and list(full.envelope.items()) == list(fast.envelope.items())
