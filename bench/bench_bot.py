@@ -61,6 +61,7 @@ from world import (
 )
 
 from bot.config import load_config
+from bot.errors import StoreError
 from bot.playground.stub import RecordedRequest, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.client import MemoryOutbox, RelayClient
@@ -418,13 +419,16 @@ def _read_only(database: Path) -> Iterator[Store]:
         connection.close()
 
 
-def _open_items(database: Path) -> int:
+def _open_items(database: Path, agent_id: str | None = None) -> int:
+    """The items the bot holds open (only one agent's, given its id)."""
     if not database.exists():
         return 0
     with _read_only(database) as store:
         try:
-            return store.items.open_count()
-        except sqlite3.OperationalError:
+            if agent_id is None:
+                return store.items.open_count()
+            return len(store.items.open_ids(agent_id))
+        except StoreError:
             return 0  # the bot has not created its tables yet
 
 

@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from bench_bot import _bot_environment, _now, _percentile, _until
+from bench_bot import _bot_environment, _now, _open_items, _percentile, _read_only, _until
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 from world import FAST_RELAY, TOKEN, approval
 
@@ -129,23 +128,6 @@ async def _monitored_bot(config: Path, tmp: Path) -> AsyncIterator[Process]:
                 await asyncio.to_thread(popen.wait, 10)
 
 
-def _open_items(database: Path, agent_id: str | None = None) -> int:
-    if not database.exists():
-        return 0
-    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
-    try:
-        sql = "SELECT count(*) FROM items WHERE state = 'open'"
-        params: tuple[str, ...] = ()
-        if agent_id is not None:
-            sql += " AND agent_id = ?"
-            params = (agent_id,)
-        return int(connection.execute(sql, params).fetchone()[0])
-    except sqlite3.OperationalError:
-        return 0
-    finally:
-        connection.close()
-
-
 class Bench:
     """The stand-in, the relay, the bot process and the agents paired with it."""
 
@@ -197,14 +179,8 @@ class Bench:
         return to_card, _now() - tapped
 
     def _recorded(self, message_id: int, chat_id: int) -> bool:
-        connection = sqlite3.connect(f"file:{self.database}?mode=ro", uri=True, timeout=5)
-        try:
-            row = connection.execute(
-                "SELECT 1 FROM cards WHERE chat_id = ? AND message_id = ?", (chat_id, message_id)
-            ).fetchone()
-            return row is not None
-        finally:
-            connection.close()
+        with _read_only(self.database) as store:
+            return store.cards.by_message(chat_id, message_id) is not None
 
 
 def _loads_s(text: str, rounds: int = 5) -> float:
