@@ -7,7 +7,8 @@ acceptance check), beside the bare HPKE encrypt + Ed25519 sign (and base64url de
 form must do; and that plus ``json.loads`` of the plaintext) of the same bytes,
 and the ratio between them. Rates are per second of CPU time, the best of ten short
 rounds in which the measured code and its floor take turns, so that a busy machine
-slows both alike.
+slows both alike. The C heap is set up as in the bot's, relay's and agent host's
+processes (:func:`bot.heap.keep_large_buffers`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 import pybase64
 from cryptography.hazmat.primitives.hpke import AEAD, KDF, KEM, Suite
 
+from bot.heap import keep_large_buffers
 from bot.protocol.envelope import build_info, open_envelope, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import Approval, Block, InboxUpdate, encode_payload
@@ -122,6 +124,7 @@ def _measure(label: str, plaintext: bytes, seconds: float) -> None:
 
 
 def main(quick: bool) -> None:
+    keep_large_buffers()
     seconds = 0.2 if quick else 2.0
     _measure("typical inbox_update", _update(diff_chars=400, approvals=3), seconds)
     _measure("large inbox_update", _update(diff_chars=256 * 1024, approvals=1), seconds)

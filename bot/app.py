@@ -21,6 +21,7 @@ from bot.clock import SYSTEM_CLOCK, Clock
 from bot.config import Config
 from bot.errors import BotApiError, BotFailed, StoreError
 from bot.health import HEARTBEAT_S, remove_status, write_status
+from bot.heap import keep_large_buffers
 from bot.keyfile import load_or_create_identity
 from bot.logsafety import redact_value
 from bot.relay_pool import RelayPool
@@ -254,9 +255,10 @@ def settle_memory() -> None:
     """Once the bot runs: what the process holds by then (modules, templates, the
     libraries' state) lives as long as it does, so the garbage collector stops walking it
     in every full collection (a pause of tens of milliseconds that any tap could wait
-    for)."""
+    for); and large envelopes' buffers are reused, not mapped afresh (:mod:`bot.heap`)."""
     gc.collect()
     gc.freeze()
+    keep_large_buffers()
 
 
 async def run_until_signalled(

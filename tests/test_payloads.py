@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bot.errors import PayloadError
 from bot.protocol.encoding import (
+    _loads_strict,
     args_sha256,
     canonical_json,
     format_rfc3339,
@@ -129,6 +132,56 @@ def test_loads_limited_ignores_brackets_inside_strings() -> None:
 
 def test_loads_limited_allows_exactly_max_depth() -> None:
     assert loads_limited("[" * 64 + "]" * 64, max_bytes=1000) == json.loads("[" * 64 + "]" * 64)
+
+
+@pytest.mark.parametrize("depth", [65, 999, 1000, 5000])
+def test_loads_limited_refuses_deep_nesting_at_any_depth(depth: int) -> None:
+    # The fast decoder takes up to 999 levels and refuses more itself: refused alike.
+    for text in ("[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth):
+        with pytest.raises(PayloadError, match="nested deeper than 64 levels"):
+            loads_limited(text, max_bytes=100_000)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=10**18)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+_JSON_TEXTS = st.one_of(
+    st.builds(lambda value, indent, ascii_only: json.dumps(value, indent=indent,
+                                                          ensure_ascii=ascii_only),
+              _JSON_VALUES, st.none() | st.integers(0, 2), st.booleans()),
+    # Near-JSON: escapes, surrogates, numbers, control characters, BOMs, stray commas.
+    st.text(alphabet=' \t\n\r\x0c[]{}":,-+.0123456789eEuUdD\\/tfalsenrN\ufeffé\x01\ud83d',
+            max_size=40),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_JSON_TEXTS, as_bytes=st.booleans())
+def test_loads_limited_takes_and_refuses_what_the_standard_library_path_does(
+    text: str, as_bytes: bool,
+) -> None:
+    # The fast decoder must change nothing but the speed: the same values, and every
+    # refusal with the message of the standard library path.
+    data: str | bytes = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    try:
+        expected: Any = _loads_strict(text.encode("utf-8", "surrogatepass"), 64)
+    except PayloadError as exc:
+        expected = exc
+    try:
+        got: Any = loads_limited(data, max_bytes=100_000)
+    except PayloadError as exc:
+        got = exc
+    if isinstance(expected, PayloadError):
+        if not as_bytes and isinstance(got, PayloadError) and "surrogates" in str(got):
+            return  # text that UTF-8 cannot carry is refused before any decoding
+        assert isinstance(got, PayloadError) and str(got) == str(expected)
+    else:
+        assert not isinstance(got, PayloadError)
+        assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)
 
 
 def test_loads_limited_refuses_huge_integers() -> None:

@@ -28,6 +28,7 @@ from bot.agenthost.api import create_app
 from bot.agenthost.service import AgentHost
 from bot.agenthost.store import AgentStore, private_folder
 from bot.errors import RelayError, SkaldError, StoreError
+from bot.heap import keep_large_buffers
 from bot.protocol.identity import Identity
 from skald_telegram.client import SOCKET_NAME, TOKEN_NAME
 
@@ -159,6 +160,7 @@ def serve(options: ServeOptions, out: TextIO = sys.stdout) -> int:
             sockets = [_unix_socket(state / SOCKET_NAME)]
             if options.listen:
                 sockets.append(_tcp_socket(options.listen))
+            keep_large_buffers()  # envelopes of up to a megabyte, opened and sealed
             asyncio.run(_run(host, token, sockets, out))
         finally:
             (state / SOCKET_NAME).unlink(missing_ok=True)

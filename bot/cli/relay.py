@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from bot.heap import keep_large_buffers
 from bot.relay import limits
 from bot.signals import until_signalled
 
@@ -196,7 +197,9 @@ def _tune_for_serving() -> None:
     them, so fewer reach the old generation, which is collected ten times less often than
     by default. The queue's transactions run in a worker thread that takes the interpreter
     lock between statements: with a shorter switch interval it waits at most 1 ms for the
-    event loop each time, not 5."""
+    event loop each time, not 5. Large frames' buffers are reused, not mapped afresh
+    (:mod:`bot.heap`)."""
+    keep_large_buffers()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
