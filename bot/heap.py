@@ -10,7 +10,6 @@ of the time opening a 270 KiB envelope takes. Kept in the heap instead, they are
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 from typing import Final
 
@@ -29,11 +28,8 @@ def keep_large_buffers() -> bool:
     """Serve buffers up to :data:`MMAP_THRESHOLD_BYTES` from the heap and keep up to
     :data:`TRIM_THRESHOLD_BYTES` free in it; whether the C library took the settings
     (only glibc's ``mallopt`` does)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        mallopt = ctypes.CDLL(name).mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the process runs on
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
