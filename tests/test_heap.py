@@ -1,4 +1,4 @@
-"""The C heap's settings for long-running processes."""
+"""Memory of the long-running processes: the C heap's settings, what they import."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ def test_a_process_with_the_settings_still_frees_what_it_no_longer_holds() -> No
     grown_kib = int(subprocess.run([sys.executable, "-c", script], check=True,
                                    capture_output=True, text=True).stdout)
     assert grown_kib < 16 * 1024
+
+
+def test_the_commands_do_not_load_the_http_clients_command_line_tool() -> None:
+    # httpx imports its command-line tool (click, rich, pygments) unless told it is
+    # absent: megabytes in every bot, relay and hook process for nothing.
+    script = (
+        "import sys\n"
+        "import bot.cli, bot.app, bot.integrations.hook, httpx\n"
+        "print(sorted(m for m in ('httpx._main', 'rich', 'pygments') if sys.modules.get(m)))\n"
+        "print(httpx.Client.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                         text=True).stdout.split()
+    assert out == ["[]", "Client"]

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import itertools
 import json
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any, TypeAlias, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
 
-import msgspec
 import pybase64
 
 from bot.errors import PayloadError, ProtocolError
+
+if TYPE_CHECKING:
+    import msgspec
 
 JSON: TypeAlias = Any
 """A decoded JSON value (the same alias as :data:`bot.protocol.payloads.JSON`)."""
@@ -38,6 +41,9 @@ _NESTING_STEP = {"[": 1, "{": 1, "]": -1, "}": -1, "": 0}
 # A \uD800-\uDFFF escape: the only way a surrogate gets into decoded JSON text (a false
 # hit, such as an escaped backslash before "ud800", only costs a scan of the values).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+FAST_JSON_BYTES = 16 * 1024
+"""From this size on, JSON is decoded by msgspec; smaller texts decode as quickly with the
+standard library."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 MIN_YEAR = 1970
@@ -96,16 +102,9 @@ def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> 
     JSON.
     """
     raw = _utf8(data, max_bytes)
-    try:
-        # msgspec refuses everything refused below, and takes what it accepts to the same
-        # values, three times as fast; what it refuses is decoded again below, so that
-        # every refusal reads the same.
-        value = _FAST_DECODER.decode(raw)
-    except (msgspec.MsgspecError, RecursionError):
-        return _loads_strict(raw, max_depth)
-    if _nested_deeper(value, max_depth):
-        raise PayloadError(f"JSON nested deeper than {max_depth} levels")
-    return value
+    if len(raw) >= FAST_JSON_BYTES:
+        return _loads_fast(raw, max_depth)
+    return _loads_strict(raw, max_depth)
 
 
 def _utf8(data: bytes | str, max_bytes: int) -> bytes:
@@ -124,6 +123,28 @@ def _utf8(data: bytes | str, max_bytes: int) -> bytes:
     if len(raw) > max_bytes:
         raise PayloadError(f"JSON larger than {max_bytes} bytes ({len(raw)})")
     return raw
+
+
+def _loads_fast(raw: bytes, max_depth: int) -> JSON:
+    """Decode with msgspec, which refuses everything :func:`_loads_strict` refuses and
+    takes what it accepts to the same values, three times as fast; what it refuses is
+    decoded again by :func:`_loads_strict`, so that every refusal reads the same."""
+    import msgspec  # loaded with the first large text: it costs 1.5 MiB of memory
+
+    try:
+        value = _fast_decoder().decode(raw)
+    except (msgspec.MsgspecError, RecursionError):
+        return _loads_strict(raw, max_depth)
+    if _nested_deeper(value, max_depth):
+        raise PayloadError(f"JSON nested deeper than {max_depth} levels")
+    return value
+
+
+@functools.cache
+def _fast_decoder() -> msgspec.json.Decoder[Any]:
+    import msgspec.json
+
+    return msgspec.json.Decoder()
 
 
 def _loads_strict(raw: bytes, max_depth: int) -> JSON:
@@ -219,7 +240,6 @@ def _finite_float(text: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
-_FAST_DECODER = msgspec.json.Decoder()
 
 
 def format_rfc3339(dt: datetime) -> str:
