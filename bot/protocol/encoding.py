@@ -41,10 +41,10 @@ _NESTING_STEP = {"[": 1, "{": 1, "]": -1, "}": -1, "": 0}
 # A \uD800-\uDFFF escape: the only way a surrogate gets into decoded JSON text (a false
 # hit, such as an escaped backslash before "ud800", only costs a scan of the values).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 FAST_JSON_BYTES = 16 * 1024
 """From this size on, JSON is decoded by msgspec; smaller texts decode as quickly with the
 standard library."""
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 MIN_YEAR = 1970
 MAX_YEAR = 9000
@@ -117,7 +117,7 @@ def _utf8(data: bytes | str, max_bytes: int) -> bytes:
         except UnicodeEncodeError as exc:
             raise PayloadError("JSON text contains lone surrogates") from exc
     elif isinstance(data, bytes | bytearray | memoryview):
-        raw = bytes(data)
+        raw = bytes(data)  # no copy of bytes
     else:
         raise PayloadError(f"expected JSON bytes or text, got {type(data).__name__}")
     if len(raw) > max_bytes:
