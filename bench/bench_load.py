@@ -15,7 +15,9 @@ own. In turn:
 4. more agents until 10,000 items are open, then one more approval, posted and decided.
 
 Floors, measured in this process in the same run: ``json.loads`` of the same payload text
-(what applying a snapshot cannot go below), and for the stall goal the goal itself (25 ms).
+(what applying a snapshot cannot go below); for the growing inbox also verifying and
+decrypting every snapshot and one durable SQLite commit each (what the protocol asks of
+every envelope before the relay may forget it); for the stall goal the goal itself (25 ms).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -208,6 +211,27 @@ def _open_s(plaintext: bytes, rounds: int = 5) -> float:
     return best
 
 
+def _commits_s(count: int) -> float:
+    """The CPU time ``count`` durable commits of one item each take, in a database set up as
+    the bot's (write-ahead log, ``synchronous=FULL``): applying a snapshot commits once
+    before the relay may forget it."""
+    with tempfile.TemporaryDirectory() as folder:
+        connection = sqlite3.connect(Path(folder) / "floor.sqlite3", isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute("CREATE TABLE item (id TEXT PRIMARY KEY, body TEXT)")
+            body = json.dumps(approval("floor"))
+            started = time.thread_time()
+            for i in range(count):
+                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("INSERT INTO item VALUES (?, ?)", (f"floor{i:05d}", body))
+                connection.execute("COMMIT")
+            return time.thread_time() - started
+        finally:
+            connection.close()
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
@@ -290,7 +314,9 @@ async def _scenarios(sizes: Sizes, bench: Bench) -> None:
           f"({len(seen['envelopes'])} complete snapshots)")
     _row(f"CPU applying them (goal < {GROW_GOAL_S:.0f} s)", f"{applying:.2f} s",
          f"json.loads of all {floor:.2f} s", _verdict(applying < GROW_GOAL_S))
+    commits = _commits_s(len(seen["envelopes"]))
     _row("", "", f"verify + decrypt {crypto:.2f} s")
+    _row("", "", f"a durable commit each {commits:.2f} s")
     _row("the bot process's CPU meanwhile", f"{cpu:.2f} s", "", "(cards posted as well)")
     _stalls(seen)
 

@@ -94,7 +94,7 @@ PAIRING_WINDOW_MS = 10 * 60 * 1000
 PAIRING_TIMEOUT_S = 30.0
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
-OFF_LOOP_BYTES = 64 * 1024
+OFF_LOOP_BYTES = 16 * 1024
 """Envelopes whose ciphertext is at least this long are opened and applied in a thread."""
 
 
