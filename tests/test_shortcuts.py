@@ -198,7 +198,9 @@ async def test_the_loop_serves_others_while_a_large_envelope_is_applied(
     await bridge.receive(envelope)
     seen.append("applied")
     await ticking
-    assert seen.index("tick 0") < seen.index("applied")
+    # The other chat ran before the envelope was done; which state it read depends on
+    # how far the thread had come, so only its wholeness is checked.
+    assert seen[0].startswith("tick")
     # What the loop read meanwhile was the state before the envelope or after it, whole.
     assert {line for line in seen if line.startswith("tick")} <= {"tick 0", "tick 400"}
 
