@@ -32,7 +32,7 @@ from world import ADA
 
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
-from bot.relay.client import MemoryOutbox, RelayClient
+from bot.relay.client import MemoryOutbox, RelayClient, one_at_a_time
 from bot.relay.server import RelayServer
 
 ITEM_SPACING_S: Final = 0.1
@@ -65,9 +65,9 @@ async def _relay_round_trips(tmp: Path, count: int) -> list[float]:
         async def at_bob(envelope: dict[str, object]) -> None:
             send(bob, alice)
 
-        clients[alice.id] = RelayClient(relay.url, alice, handler=at_alice,
+        clients[alice.id] = RelayClient(relay.url, alice, handler=one_at_a_time(at_alice),
                                         outbox=outboxes[alice.id], **FAST)
-        clients[bob.id] = RelayClient(relay.url, bob, handler=at_bob,
+        clients[bob.id] = RelayClient(relay.url, bob, handler=one_at_a_time(at_bob),
                                       outbox=outboxes[bob.id], **FAST)
         tasks = [asyncio.create_task(c.run()) for c in clients.values()]
         while not all(c.connected for c in clients.values()):

@@ -54,7 +54,7 @@ from bot.protocol.encoding import b64u_encode
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
-from bot.relay.client import MemoryOutbox, RelayClient, authenticate
+from bot.relay.client import MemoryOutbox, RelayClient, authenticate, one_at_a_time
 from bot.relay.frames import MAX_FRAME_BYTES, deliver_frame, encode_envelope, send_frame
 from bot.relay.server import RelayServer
 
@@ -83,7 +83,8 @@ class _Device:
         self.received = 0
         self._target = 0
         self._arrived = asyncio.Event()
-        self.client = RelayClient(url, DEVICE, handler=self._on_envelope, outbox=MemoryOutbox())
+        self.client = RelayClient(url, DEVICE, handler=one_at_a_time(self._on_envelope),
+                                  outbox=MemoryOutbox())
         self.task = asyncio.create_task(self.client.run())
 
     async def _on_envelope(self, envelope: dict[str, object]) -> None:
@@ -106,7 +107,7 @@ async def _relay_numbers(rounds: int, burst: int) -> tuple[list[float], float]:
         cap = 10 * burst
         async with RelayServer(Path(folder), queue_cap=cap, sender_queue_cap=cap) as relay:
             outbox = MemoryOutbox()
-            agent = RelayClient(relay.url, AGENT, handler=_ignore, outbox=outbox)
+            agent = RelayClient(relay.url, AGENT, handler=one_at_a_time(_ignore), outbox=outbox)
             agent_task = asyncio.create_task(agent.run())
             device = _Device(relay.url)
             while not (agent.connected and device.client.connected):

@@ -1,10 +1,11 @@
 """The bot process of ``bench_load``: ``python bench/monitored_bot.py CONFIG REPORT``.
 
 It runs the bot as ``skald-telegram run`` does, plus what the benchmark measures from the
-inside: a task that notes how late the event loop wakes it (the longest stall), and the
-loop time and CPU time of every envelope the bot applies. On ``SIGUSR1`` it writes what it
-saw since the previous report to REPORT (JSON, replaced atomically) and starts afresh;
-``SIGTERM`` stops it.
+inside: a task that notes how late the event loop wakes it (the longest stall), the loop
+time and CPU time of every delivery the bot applies (the envelopes that queued up on a
+relay session, applied together), and the store's durable commits. On ``SIGUSR1`` it
+writes what it saw since the previous report to REPORT (JSON, replaced atomically) and
+starts afresh; ``SIGTERM`` stops it.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ class Stats:
     def __init__(self) -> None:
         self.max_lag_s = 0.0
         self.max_busy_s = 0.0
-        self.envelopes: list[tuple[float, float, float]] = []
-        """Of each envelope applied: seconds from its arrival to its changes, CPU seconds
-        spent applying it on the event loop's thread (its loop time) and in all."""
+        self.deliveries: list[tuple[float, float, float, int]] = []
+        """Of each delivery applied (the envelopes that queued up on a relay session, applied
+        together): seconds from its arrival to its changes, CPU seconds spent applying it
+        on the event loop's thread (its loop time) and in all, and how many envelopes."""
 
-    def take(self) -> dict[str, Any]:
-        """What was seen so far; starts afresh."""
+    def take(self, durable_commits: int) -> dict[str, Any]:
+        """What was seen so far, with the store's count of durable commits since it opened;
+        starts afresh."""
         seen = {"max_lag_s": self.max_lag_s, "max_busy_s": self.max_busy_s,
-                "envelopes": self.envelopes}
-        self.max_lag_s, self.max_busy_s, self.envelopes = 0.0, 0.0, []
+                "deliveries": self.deliveries, "durable_commits": durable_commits}
+        self.max_lag_s, self.max_busy_s, self.deliveries = 0.0, 0.0, []
         return seen
 
 
@@ -65,34 +68,34 @@ async def _run(config_path: str, report: Path) -> None:
     async with Bot(config) as running:
         settle_memory()
         bridge = running.bridge
-        receive, handle = bridge.receive, bridge.handle_envelope
+        receive, handle = bridge.receive, bridge.handle_envelopes
         loop_thread = threading.get_ident()
 
-        def timed_handle(raw: dict[str, object]) -> Any:
+        def timed_handle(raws: list[dict[str, object]]) -> Any:
             cpu = time.thread_time()
             try:
-                return handle(raw)
+                return handle(raws)
             finally:
                 _spent.get().append((time.thread_time() - cpu,
                                      threading.get_ident() == loop_thread))
 
-        async def timed(raw: dict[str, object]) -> Any:
+        async def timed(raws: list[dict[str, object]]) -> Any:
             spent: list[tuple[float, bool]] = []
             _spent.set(spent)  # a worker thread gets a copy of this context: the same list
             wall = time.perf_counter()
             try:
-                return await receive(raw)
+                return await receive(raws)
             finally:
-                stats.envelopes.append((time.perf_counter() - wall,
+                stats.deliveries.append((time.perf_counter() - wall,
                                         sum(cpu for cpu, on_loop in spent if on_loop),
-                                        sum(cpu for cpu, _ in spent)))
+                                        sum(cpu for cpu, _ in spent), len(raws)))
 
         bridge.receive = timed  # type: ignore[method-assign]
-        bridge.handle_envelope = timed_handle  # type: ignore[method-assign]
+        bridge.handle_envelopes = timed_handle  # type: ignore[method-assign]
 
         def write_report() -> None:
             partial = report.with_suffix(".part")
-            partial.write_text(json.dumps(stats.take()))
+            partial.write_text(json.dumps(stats.take(running.store.db.durable_commits)))
             partial.replace(report)
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, write_report)

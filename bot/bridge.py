@@ -12,13 +12,15 @@ relay.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
+import operator
 import secrets
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -83,8 +85,8 @@ from bot.protocol.payloads import (
     item_to_wire,
     parse_payload,
 )
-from bot.protocol.replay import RETENTION_MS
-from bot.protocol.snapshot import SeenSnapshot
+from bot.protocol.replay import RETENTION_MS, ReplayGuard
+from bot.protocol.snapshot import SeenSnapshot, fold
 from bot.store import Store, is_store_failure
 
 log = logging.getLogger(__name__)
@@ -95,7 +97,7 @@ PAIRING_TIMEOUT_S = 30.0
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
 OFF_LOOP_BYTES = 16 * 1024
-"""Envelopes whose ciphertext is at least this long are opened and applied in a thread."""
+"""Deliveries whose ciphertext adds up to at least this are opened and applied in a thread."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,56 @@ class RevokeReport:
     refusal: Refusal | None
     grant: GrantRow | None = None
     changes: Changes = field(default=NOTHING)
+
+
+@dataclass(frozen=True)
+class _Received:
+    """An envelope opened in a batch, and the snapshot of its sender it was read against
+    (None: read in full, or read against nothing)."""
+
+    opened: Opened
+    basis: SeenSnapshot | None
+    replaces: tuple[_Received, ...] = ()
+    """The snapshots of one agent folded into this one, in order (this one's own
+    envelope is the last's): applied one by one should it fail."""
+
+
+class _Snapshots:
+    """The last snapshot applied of each agent, as a batch of envelopes sees it while it
+    applies them: the bridge's, then those the batch applies, kept once it committed."""
+
+    def __init__(self, kept: dict[str, SeenSnapshot]) -> None:
+        self._kept = kept
+        self._applied: dict[str, SeenSnapshot | None] = {}
+
+    def get(self, agent_id: str) -> SeenSnapshot | None:
+        if agent_id in self._applied:
+            return self._applied[agent_id]
+        return self._kept.get(agent_id)
+
+    def applied(self, agent_id: str, seen: SeenSnapshot | None) -> None:
+        """An agent's snapshot was applied; None: it was read in full (the next one is
+        read in full too)."""
+        self._applied[agent_id] = seen
+
+    def keep(self) -> None:
+        """After the commit: read the agents' next snapshots against these."""
+        for agent_id, seen in self._applied.items():
+            if seen is None:
+                self._kept.pop(agent_id, None)
+            else:
+                self._kept[agent_id] = seen
+
+
+@dataclass
+class _BatchReplay:
+    """The replay set, and the envelopes of the batch being opened (not stored yet)."""
+
+    stored: ReplayGuard
+    ids: set[str] = field(default_factory=set)
+
+    def seen(self, envelope_id: str) -> bool:
+        return envelope_id in self.ids or self.stored.seen(envelope_id)
 
 
 class Bridge:
@@ -204,77 +256,106 @@ class Bridge:
                     decision_id=decision.decision_id,
                 )
 
-    def handle_envelope(self, raw: dict[str, object]) -> Changes:
-        """Open, check and durably apply one delivered envelope (the relay acks after this).
+    def handle_envelopes(self, raws: Sequence[dict[str, object]]) -> Changes:
+        """Open, check and durably apply delivered envelopes, in order and in one
+        transaction: envelopes that queued up behind each other cost one commit (the relay
+        acks them after this).
 
         A refused envelope is logged with its reason and dropped; it is still acknowledged.
+        One whose payload fails to apply is refused alone: the others' changes stay.
         """
         now = self.now_ms()
-        sender = raw.get("from")
-        card = self._card_of(sender, now) if isinstance(sender, str) else None
-        try:
-            opened = open_envelope(
-                raw,
-                me=self.identity,
-                peers={str(sender): card} if card is not None else {},
-                now_ms=now,
-                replay=self._store.outbox,
-                seen=self._seen,
-            )
-        except EnvelopeRefused as refusal:
-            return _dropped(raw, refusal)
-        return self._apply_opened(opened, now)
+        received = _fold_snapshots(self._open_all(raws, now))
+        if not received:
+            return NOTHING
+        snapshots = _Snapshots(self._seen)
+        changes = NOTHING
+        with self._store.transaction():
+            for delivery in received:
+                changes |= self._apply_received(delivery, now, snapshots)
+        snapshots.keep()
+        return changes
 
-    async def receive(self, raw: dict[str, object]) -> Changes:
-        """:meth:`handle_envelope`, in a thread for a large envelope (up to a megabyte to
-        decrypt and parse, and a thousand items to store) so that the event loop keeps
+    async def receive(self, raws: Sequence[dict[str, object]]) -> Changes:
+        """:meth:`handle_envelopes`, in a thread for large envelopes (up to a megabyte each
+        to decrypt and parse, and a thousand items to store) so that the event loop keeps
         serving other chats meanwhile; the store makes anything else wait for the
         transaction's commit."""
-        ct = raw.get("ct")
-        if not isinstance(ct, str) or len(ct) < OFF_LOOP_BYTES:
+        size = sum(len(ct) for raw in raws if isinstance(ct := raw.get("ct"), str))
+        if size < OFF_LOOP_BYTES:
             # Deliveries queued behind each other would otherwise run back to back: let
             # other chats' work in between.
             await asyncio.sleep(0)
-            return self.handle_envelope(raw)
-        return await asyncio.to_thread(self.handle_envelope, raw)
+            return self.handle_envelopes(raws)
+        return await asyncio.to_thread(self.handle_envelopes, raws)
 
-    def _apply_opened(self, opened: Opened, now: int) -> Changes:
-        """Apply an opened envelope."""
-        envelope = opened.envelope
-        after_commit: list[Callable[[], None]] = []
+    def _open_all(self, raws: Sequence[dict[str, object]], now: int) -> list[_Received]:
+        """Open each envelope, reading each snapshot against the same agent's one before
+        it (in this batch, or else the last applied); refused ones are logged and left out."""
+        reading = dict(self._seen)
+        replay = _BatchReplay(self._store.outbox)
+        received = []
+        for raw in raws:
+            sender = raw.get("from")
+            card = self._card_of(sender, now) if isinstance(sender, str) else None
+            basis = reading.get(sender) if isinstance(sender, str) else None
+            try:
+                opened = open_envelope(
+                    raw,
+                    me=self.identity,
+                    peers={str(sender): card} if card is not None else {},
+                    now_ms=now,
+                    replay=replay,
+                    seen=reading,
+                )
+            except EnvelopeRefused as refusal:
+                _dropped(raw, refusal)
+                continue
+            replay.ids.add(opened.envelope.id)
+            if isinstance(opened.payload, InboxUpdate):
+                seen = opened.read.seen if opened.read else None
+                if seen is None:
+                    reading.pop(opened.sender.id, None)
+                else:
+                    reading[opened.sender.id] = seen
+            received.append(_Received(opened, basis))
+        return received
+
+    def _apply_received(self, delivery: _Received, now: int, snapshots: _Snapshots) -> Changes:
+        """Apply one opened envelope inside the batch's transaction, or refuse it alone."""
+        envelope, payload = delivery.opened.envelope, delivery.opened.payload
         try:
-            with self._store.transaction():
-                self._store.outbox.remember(envelope.id, envelope.ts, now)
-                changes = self._apply(opened, now, after_commit)
+            with self._store.savepoint():
+                for part in delivery.replaces or (delivery,):
+                    sealed = part.opened.envelope
+                    self._store.outbox.remember(sealed.id, sealed.ts, now)
+                changes = self._apply(delivery, now, snapshots)
         except Exception as exc:
             if is_store_failure(exc):
                 raise  # the disk, not the sender: fail the session and retry later
+            if delivery.replaces:
+                log.warning("applying %d snapshots from %s as one failed with %s: applying "
+                            "them one by one", len(delivery.replaces), envelope.sender[:8],
+                            type(exc).__name__)
+                return functools.reduce(operator.or_, [
+                    self._apply_received(part, now, snapshots) for part in delivery.replaces
+                ], NOTHING)
             # One sender's payload must not stall everyone else's behind it on the shared
             # relay session: it is refused (acknowledged, nothing applied) like any other.
             # The error's text may quote decrypted content: log its type and place only.
             where = traceback.extract_tb(exc.__traceback__)[-1]
             log.error("refused envelope %s from %s: applying its %s failed with %s at %s:%s",
-                      _short(envelope.id), envelope.sender[:8], type(opened.payload).__name__,
+                      _short(envelope.id), envelope.sender[:8], type(payload).__name__,
                       type(exc).__name__, where.filename, where.lineno)
-            self._remember_refused(envelope.id, envelope.ts, now)
+            # Its id is kept, so that a copy delivered again is a replay.
+            self._store.outbox.remember(envelope.id, envelope.ts, now)
             return NOTHING
-        for step in after_commit:
-            step()
-        log.info("applied %s from agent %s", type(opened.payload).__name__, envelope.sender[:8])
-        return changes | REDRAW
-
-    def _remember_seen(self, agent_id: str, seen: SeenSnapshot | None) -> None:
-        """After a snapshot's commit: remember it to read the agent's next one by (or, read
-        in full, forget the one before)."""
-        if seen is None:
-            self._seen.pop(agent_id, None)
+        if delivery.replaces:
+            log.info("applied %s from agent %s, with the %d before it in the same delivery",
+                     type(payload).__name__, envelope.sender[:8], len(delivery.replaces) - 1)
         else:
-            self._seen[agent_id] = seen
-
-    def _remember_refused(self, envelope_id: str, ts_ms: int, now: int) -> None:
-        """Keep a refused envelope's id, so that a copy delivered again is a replay."""
-        with self._store.transaction():
-            self._store.outbox.remember(envelope_id, ts_ms, now)
+            log.info("applied %s from agent %s", type(payload).__name__, envelope.sender[:8])
+        return changes | REDRAW
 
     def _card_of(self, agent_id: str, now: int) -> PublicCard | None:
         """The card of a peer, or else of an agent the bot is pairing with."""
@@ -288,10 +369,8 @@ class Bridge:
             return None
         return _stored_card(pairing.card_json)
 
-    def _apply(
-        self, opened: Opened, now: int, after_commit: list[Callable[[], None]]
-    ) -> Changes:
-        sender, payload = opened.sender, opened.payload
+    def _apply(self, delivery: _Received, now: int, snapshots: _Snapshots) -> Changes:
+        sender, payload = delivery.opened.sender, delivery.opened.payload
         if isinstance(payload, PairAccept):
             self._apply_pair_accept(sender, payload, now)
         elif isinstance(payload, PairReject):
@@ -300,7 +379,7 @@ class Bridge:
             log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
                         sender.id[:8])
         elif isinstance(payload, InboxUpdate):
-            self._apply_inbox_update(sender.id, payload, now, opened, after_commit)
+            self._apply_inbox_update(sender.id, payload, now, delivery, snapshots)
         elif isinstance(payload, Activity):
             self._apply_activity(sender.id, payload, now)
         elif isinstance(payload, Notification):
@@ -347,14 +426,16 @@ class Bridge:
         log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
     def _apply_inbox_update(
-        self, agent_id: str, update: InboxUpdate, now: int, opened: Opened,
-        after_commit: list[Callable[[], None]],
+        self, agent_id: str, update: InboxUpdate, now: int, delivery: _Received,
+        snapshots: _Snapshots,
     ) -> None:
         items = self._store.items
+        opened = delivery.opened
         seen = opened.read.seen if opened.read else None
-        before = self._seen.get(agent_id)
-        if update.unchanged and before is None:
-            # Read against a snapshot since forgotten: its unchanged items may not be held.
+        before = snapshots.get(agent_id)
+        if update.unchanged and delivery.basis is not before:
+            # Read against a snapshot not applied (refused, stale or forgotten): its
+            # unchanged items may not be held.
             full = parse_payload(opened.plaintext)
             assert isinstance(full, InboxUpdate)
             update, seen = full, None
@@ -375,7 +456,6 @@ class Bridge:
         if plan.stale:
             log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
             return
-        after_commit.append(functools.partial(self._remember_seen, agent_id, seen))
         self._store.agents.set_rev(agent_id, update.rev, now)
         texts = opened.read.texts if opened.read else {}  # new items' JSON, as received
         items.add_many(agent_id, [self._new_item(item, now, texts.get(item.id))
@@ -389,6 +469,7 @@ class Bridge:
                 self._store.audit.append("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
         self._apply_grants(agent_id, update.grants, now)
+        snapshots.applied(agent_id, seen)  # last: nothing after it can fail
 
     def _apply_grants(self, agent_id: str, reported: tuple[Grant, ...], now: int) -> None:
         """Hold the grants the agent lists in force; one no longer listed has ended
@@ -928,6 +1009,39 @@ REFUSALS = {
 """What each ``pair_reject`` reason means, for people."""
 
 
+def _fold_snapshots(received: list[_Received]) -> list[_Received]:
+    """The batch with each run of one agent's snapshots (nothing else from it in between,
+    each newer than the one before) folded into one, in place of the first: a snapshot is
+    the agent's complete inbox, so only the last of them need be applied."""
+    folded: list[_Received] = []
+    last: dict[str, int] = {}
+    """Where each agent's last envelope is in ``folded``."""
+    for delivery in received:
+        sender = delivery.opened.sender.id
+        index = last.get(sender)
+        both = _folded(folded[index], delivery) if index is not None else None
+        if index is not None and both is not None:
+            folded[index] = both
+        else:
+            last[sender] = len(folded)
+            folded.append(delivery)
+    return folded
+
+
+def _folded(earlier: _Received, later: _Received) -> _Received | None:
+    """``later`` folded with ``earlier`` when both are snapshots, ``later`` the newer and
+    read against ``earlier``; else None."""
+    first, then = earlier.opened, later.opened
+    if not (isinstance(first.payload, InboxUpdate) and isinstance(then.payload, InboxUpdate)
+            and then.payload.rev > first.payload.rev
+            and first.read is not None and then.read is not None
+            and later.basis is first.read.seen):
+        return None
+    read = fold(first.read, then.read)
+    return _Received(dataclasses.replace(then, payload=read.payload, read=read),
+                     earlier.basis, (earlier.replaces or (earlier,)) + (later,))
+
+
 @functools.lru_cache(maxsize=1024)
 def _stored_card(card_json: str) -> PublicCard:
     """A peer's card as the store keeps it (checked again only when its text changes: every
@@ -940,11 +1054,10 @@ def item_body(item: Approval | Clarification) -> str:
     return json.dumps(item_to_wire(item), ensure_ascii=False)
 
 
-def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> Changes:
+def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> None:
     level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
     log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
             _short(raw.get("from")), refusal)
-    return NOTHING
 
 
 def new_token() -> str:

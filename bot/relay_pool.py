@@ -33,8 +33,8 @@ class RelayPool:
         if url in self._clients:
             return
 
-        async def handle(envelope: dict[str, object]) -> None:
-            self.apply(await self._bridge.receive(envelope))
+        async def handle(envelopes: list[dict[str, object]]) -> None:
+            self.apply(await self._bridge.receive(envelopes))
 
         async def ready() -> None:
             self.apply(self._bridge.request_inboxes(url))

@@ -29,7 +29,7 @@ from bot.protocol.payloads import (
     UnknownPayload,
     encode_payload,
 )
-from bot.relay.client import MemoryOutbox, RelayClient
+from bot.relay.client import MemoryOutbox, RelayClient, one_at_a_time
 from bot.relay.server import RelayServer
 from bot.testing.agent import Agent
 from bot.testing.replay import MemoryReplayGuard
@@ -79,7 +79,7 @@ class Device:
         self.client = RelayClient(
             relay_url,
             self.identity,
-            handler=self._on_envelope,
+            handler=one_at_a_time(self._on_envelope),
             outbox=self._outbox,
             backoff_initial=0.02,
             backoff_max=0.2,

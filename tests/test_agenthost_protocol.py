@@ -29,7 +29,7 @@ from bot.protocol.payloads import (
     Person,
     encode_payload,
 )
-from bot.relay.client import MemoryOutbox, RelayClient
+from bot.relay.client import MemoryOutbox, RelayClient, one_at_a_time
 from bot.relay.server import RelayServer
 from bot.testing.replay import MemoryReplayGuard
 
@@ -46,7 +46,7 @@ class Device:
         self.agent: PublicCard | None = None
         self.received: list[tuple[str, Any]] = []
         """``(kind, body)`` of every payload received, in order."""
-        self.relay = RelayClient(relay_url, self.identity, handler=self._on_envelope,
+        self.relay = RelayClient(relay_url, self.identity, handler=one_at_a_time(self._on_envelope),
                                  outbox=self.outbox, **FAST_RELAY)
         self._replay = MemoryReplayGuard()
 

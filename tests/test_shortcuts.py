@@ -149,7 +149,7 @@ def test_a_tap_waits_for_the_disk_once_from_its_update_to_its_decision(
     bridge_and_agent: tuple[Bridge, Identity, Store],
 ) -> None:
     bridge, agent, store = bridge_and_agent
-    bridge.handle_envelope(_sealed(bridge, agent, _inbox(1, [_approval("t1")])))
+    bridge.handle_envelopes([_sealed(bridge, agent, _inbox(1, [_approval("t1")]))])
     card = store.view().cards.dirty(5)[0]
     before = store.db.durable_commits
     bridge.hold_updates([(1, "{}")])
@@ -175,9 +175,9 @@ async def test_a_large_envelope_opened_in_a_thread_is_applied_once(
     items = [_approval(f"e{i:04d}", summary="x" * 200) for i in range(400)]
     envelope = _sealed(bridge, agent, _inbox(1, items))
     assert len(str(envelope["ct"])) >= OFF_LOOP_BYTES
-    assert (await bridge.receive(envelope)).cards
+    assert (await bridge.receive([envelope])).cards
     assert store.items.open_count() == 400
-    assert not (await bridge.receive(envelope)).cards  # a replay: dropped
+    assert not (await bridge.receive([envelope])).cards  # a replay: dropped
     assert store.items.open_count() == 400
 
 
@@ -195,7 +195,7 @@ async def test_the_loop_serves_others_while_a_large_envelope_is_applied(
             await asyncio.sleep(0)
 
     ticking = asyncio.create_task(other_chat())
-    await bridge.receive(envelope)
+    await bridge.receive([envelope])
     seen.append("applied")
     await ticking
     # The other chat ran before the envelope was done; which state it read depends on
@@ -220,7 +220,7 @@ async def test_small_envelopes_delivered_in_a_row_let_other_work_in_between(
 
     others = asyncio.create_task(other_chat())
     for envelope in envelopes:
-        await bridge.receive(envelope)
+        await bridge.receive([envelope])
         seen.append("applied")
     await others
     assert seen[:4] == ["other", "applied", "other", "applied"]
@@ -260,11 +260,11 @@ async def test_a_snapshot_does_not_bring_back_an_item_closed_before(
     bridge_and_agent: tuple[Bridge, Identity, Store],
 ) -> None:
     bridge, agent, store = bridge_and_agent
-    bridge.handle_envelope(_sealed(bridge, agent, _inbox(1, [_approval("f1")])))
+    bridge.handle_envelopes([_sealed(bridge, agent, _inbox(1, [_approval("f1")]))])
     with store.transaction():
         store.items.close(agent.id, "f1", state="approved", by="Ada", at=1)
-    bridge.handle_envelope(_sealed(bridge, agent, _inbox(2, [_approval("f1"),
-                                                             _approval("f2")])))
+    bridge.handle_envelopes([_sealed(bridge, agent, _inbox(2, [_approval("f1"),
+                                                               _approval("f2")]))])
     f1 = store.items.get(agent.id, "f1")
     assert f1 is not None and f1.state == "approved"
     assert store.items.open_ids(agent.id) == {"f2"}
@@ -306,7 +306,7 @@ async def test_a_large_item_read_in_the_thread_is_stored_as_it_reads(
     raw = _approval("k1", blocks={"v": 1, "blocks": blocks})
     envelope = _sealed(bridge, agent, _inbox(1, [raw]))
     assert len(str(envelope["ct"])) >= OFF_LOOP_BYTES
-    await bridge.receive(envelope)
+    await bridge.receive([envelope])
     stored = store.items.get(agent.id, "k1")
     assert stored is not None
     held, sent = parse_item(stored), parse_approval(raw)

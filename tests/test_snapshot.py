@@ -24,7 +24,7 @@ from bot.protocol.payloads import (
     parse_payload,
     raw_payload,
 )
-from bot.protocol.snapshot import WALKED_BYTES, Read, SeenSnapshot, read_payload
+from bot.protocol.snapshot import WALKED_BYTES, Read, SeenSnapshot, fold, read_payload
 from bot.store import Store
 
 PAD = "p" * 400
@@ -202,13 +202,51 @@ def test_any_sequence_of_snapshots_reads_as_parsed_in_full(
         seen, previous_ids = read.seen, _ids(update)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.lists(st.integers(0, 14), max_size=15, unique=True),
+                             st.lists(st.integers(0, 4), max_size=5, unique=True),
+                             st.integers(0, 3)),
+                   min_size=2, max_size=6),
+)
+def test_snapshots_folded_read_as_the_last_against_the_first(
+    steps: list[tuple[list[int], list[int], int]],
+) -> None:
+    """Snapshots that queued up, each read against the one before and folded into one:
+    the last snapshot, all of it, each item parsed or held unchanged since the snapshot
+    before them, and the text of each parsed item at hand."""
+    plaintexts = [
+        _payload(rev, [_approval(f"a{i}", summary=f"v{version}" if i % 3 == 0 else "same")
+                       for i in approval_picks],
+                 [_question(f"q{i}") for i in question_picks])
+        for rev, (approval_picks, question_picks, version) in enumerate(steps, 1)
+    ]
+    before, base = _read(plaintexts[0], None)
+    folded: Read | None = None
+    seen = base.seen
+    for plaintext in plaintexts[1:]:
+        _, read = _read(plaintext, seen)
+        seen = read.seen
+        folded = read if folded is None else fold(folded, read)
+    assert folded is not None and folded.seen is seen
+    update, last = folded.payload, parse_payload(plaintexts[-1])
+    assert isinstance(update, InboxUpdate) and isinstance(last, InboxUpdate)
+    assert _ids(update) == _ids(last)
+    assert set(update.unchanged) <= _ids(before)
+    parsed = (*update.approvals, *update.clarifications)
+    in_full = {item.id: item for item in (*last.approvals, *last.clarifications)}
+    assert all(in_full[item.id] == item for item in parsed)
+    assert set(folded.texts) == {item.id for item in parsed}
+    assert (update.rev, update.resolved, update.grants) == (last.rev, last.resolved, last.grants)
+
+
 # -- the bridge: what it holds is what full parses would give ----------------------------
 
 
 def _send(bridge: Bridge, agent: Identity, plaintext: bytes) -> None:
     envelope = seal(plaintext, sender=agent, recipient=bridge.identity.card,
                     ts_ms=int(time.time() * 1000)).to_json()
-    bridge.handle_envelope(envelope)
+    bridge.handle_envelopes([envelope])
 
 
 def _open_ids(store: Store, agent: Identity) -> set[str]:

@@ -48,7 +48,7 @@ from bot.protocol.payloads import (
     raw_payload,
 )
 from bot.protocol.replay import RETENTION_MS
-from bot.relay.client import RelayClient
+from bot.relay.client import RelayClient, one_at_a_time
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class AgentHost:
         self._grants_shown: frozenset[str] | None = None
         """The grants in force the devices were last told of."""
         self.relay = RelayClient(
-            relay_url, identity, handler=self._on_envelope, outbox=store,
+            relay_url, identity, handler=one_at_a_time(self._on_envelope), outbox=store,
             **dict(relay_options or {}),
         )
 

@@ -10,6 +10,9 @@ changed items are decoded and parsed as usual.
 What is accepted, and how a refusal reads, stays :func:`parse_payload`'s: a payload this
 walk does not follow (another kind, a shape it does not expect, anything refused) is parsed
 in full by it instead.
+
+Snapshots that queued up behind each other need not each be applied: :func:`fold` makes
+one of two, the later complete against what the earlier was read against.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from json import decoder as json_decoder
 from typing import Generic, TypeVar
 
@@ -28,6 +31,7 @@ from bot.protocol.payloads import (
     PAYLOAD_VERSION,
     Approval,
     Clarification,
+    InboxUpdate,
     Payload,
     check_item_count,
     inbox_update_around,
@@ -180,6 +184,30 @@ def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
     texts = {item.id: text for item, text in new_approvals}
     texts.update((item.id, text) for item, text in new_clarifications)
     return Read(update, SeenSnapshot(seen_approvals, seen_clarifications), texts)
+
+
+def fold(earlier: Read, later: Read) -> Read:
+    """Two ``inbox_update`` snapshots of one sender, the later read against the earlier,
+    as one: the later, read against what the earlier was read against. The earlier's new
+    items that the later lists as unchanged are new in it, in the earlier's order and
+    before its own; the earlier's other new items left the inbox before anyone saw them.
+    """
+    first, then = earlier.payload, later.payload
+    if not isinstance(first, InboxUpdate) or not isinstance(then, InboxUpdate):
+        raise TypeError("only inbox_update snapshots fold")
+    still = set(then.unchanged)
+    approvals = tuple(a for a in first.approvals if a.id in still)
+    clarifications = tuple(c for c in first.clarifications if c.id in still)
+    carried = {a.id for a in approvals} | {c.id for c in clarifications}
+    update = replace(
+        then,
+        approvals=approvals + then.approvals,
+        clarifications=clarifications + then.clarifications,
+        unchanged=tuple(i for i in then.unchanged if i not in carried),
+    )
+    texts = {i: text for i, text in earlier.texts.items() if i in carried}
+    texts.update(later.texts)
+    return Read(update, later.seen, texts)
 
 
 def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:

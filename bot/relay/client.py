@@ -1,15 +1,16 @@
 """The relay client (protocol §4): keeps one authenticated session open and loses nothing.
 
-Incoming envelopes go to a handler, one at a time and in order, and are acknowledged only
-after it returns. A handler that raises ends the session (code 1011), so the envelope and
-everything after it are delivered again on the next session, after the backoff; an
-envelope whose handler failed :data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and
-dropped (logged as an error) so that it cannot block the queue forever. Handling runs
-apart from reading, so a slow handler does not stop the client from answering keepalive.
-Outgoing envelopes wait in an :class:`Outbox` until the relay answers ``sent``, and are
-sent again, with the same id, after every reconnection; envelopes refused for now are
-retried ``backoff_max`` seconds later. The client never opens an envelope: the handler
-does.
+Incoming envelopes go to a handler in order, all those that have arrived while it was busy
+at once (up to :data:`MAX_BATCH`), and are acknowledged only after it returns. When it
+raises for several, they are handed over again one at a time. A handler that raises for
+one envelope ends the session (code 1011), so the envelope and everything after it are
+delivered again on the next session, after the backoff; an envelope whose handler failed
+:data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and dropped (logged as an error) so
+that it cannot block the queue forever. Handling runs apart from reading, so a slow
+handler does not stop the client from answering keepalive. Outgoing envelopes wait in an
+:class:`Outbox` until the relay answers ``sent``, and are sent again, with the same id,
+after every reconnection; envelopes refused for now are retried ``backoff_max`` seconds
+later. The client never opens an envelope: the handler does.
 
 Reconnection uses exponential backoff with jitter (``backoff_initial`` doubling to
 ``backoff_max``; each wait is drawn between half and all of the current delay). The delay
@@ -68,6 +69,8 @@ MAX_HANDLER_ATTEMPTS: Final = 5
 """Deliveries of one envelope whose handler failed before it is acknowledged and dropped."""
 REMEMBERED_FAILURES: Final = 1000
 """Envelopes whose failed attempts are remembered (the oldest are forgotten first)."""
+MAX_BATCH: Final = 64
+"""Deliveries handed to the handler at once, at most."""
 
 
 class Outbox(Protocol):
@@ -82,9 +85,20 @@ class Outbox(Protocol):
         ...
 
 
-EnvelopeHandler = Callable[[dict[str, object]], Awaitable[None]]
-"""Durably processes or durably refuses one delivered envelope; raising means "not now"
-(the envelope comes back on the next session, at most :data:`MAX_HANDLER_ATTEMPTS` times)."""
+EnvelopeHandler = Callable[[list[dict[str, object]]], Awaitable[None]]
+"""Durably processes or durably refuses delivered envelopes, in order; raising means "not
+now" (for one envelope: it comes back on the next session, at most
+:data:`MAX_HANDLER_ATTEMPTS` times)."""
+
+
+def one_at_a_time(handle: Callable[[dict[str, object]], Awaitable[None]]) -> EnvelopeHandler:
+    """A handler that hands each delivered envelope to ``handle`` in turn."""
+
+    async def handler(envelopes: list[dict[str, object]]) -> None:
+        for envelope in envelopes:
+            await handle(envelope)
+
+    return handler
 
 
 class MemoryOutbox:
@@ -344,24 +358,48 @@ class RelayClient:
         :data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and dropped.
         """
         while True:
-            frame = await deliveries.get()
+            batch = [await deliveries.get()]
+            while len(batch) < MAX_BATCH and not deliveries.empty():
+                batch.append(deliveries.get_nowait())
             session.handling = True
             try:
-                outcome = await self._handle_one(frame)
+                outcomes = await self._handle_batch(batch)
             finally:
                 session.handling = False
-            if outcome is _Outcome.FAILED:
-                await ws.close(CLOSE_HANDLER_FAILED, "handler failed")
-                self._last_error = f"handler failed for envelope {frame.envelope_id}"
-                return
-            await ws.send(ack_frame(frame.envelope_id))
-            if outcome is _Outcome.HANDLED:
-                session.traffic = True
+            for frame, outcome in zip(batch, outcomes, strict=False):
+                if outcome is _Outcome.FAILED:
+                    await ws.close(CLOSE_HANDLER_FAILED, "handler failed")
+                    self._last_error = f"handler failed for envelope {frame.envelope_id}"
+                    return
+                await ws.send(ack_frame(frame.envelope_id))
+                if outcome is _Outcome.HANDLED:
+                    session.traffic = True
+
+    async def _handle_batch(self, batch: list[Deliver]) -> list[_Outcome]:
+        """The handler's outcome for each delivery, in order, up to the first that failed:
+        all of them at once, or one at a time when that fails."""
+        if len(batch) > 1:
+            try:
+                await self._handler([frame.envelope for frame in batch])
+            except Exception as exc:
+                log.warning("relay %s: handling %d deliveries at once failed (%s); "
+                            "handling them one at a time", self._url, len(batch),
+                            type(exc).__name__)
+            else:
+                for frame in batch:
+                    self._failures.pop(frame.envelope_id, None)
+                return [_Outcome.HANDLED] * len(batch)
+        outcomes = []
+        for frame in batch:
+            outcomes.append(await self._handle_one(frame))
+            if outcomes[-1] is _Outcome.FAILED:
+                break
+        return outcomes
 
     async def _handle_one(self, frame: Deliver) -> _Outcome:
         envelope_id = frame.envelope_id
         try:
-            await self._handler(frame.envelope)
+            await self._handler([frame.envelope])
         except Exception:
             attempts = self._failures.pop(envelope_id, 0) + 1
             log.exception(

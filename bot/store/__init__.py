@@ -77,6 +77,12 @@ class Store:
         with self.db.transaction(durable=durable):
             yield
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """See :meth:`Database.savepoint`."""
+        with self.db.savepoint():
+            yield
+
     def view(self) -> StoreView:
         return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
                          self.chats, self.grants)

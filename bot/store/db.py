@@ -337,6 +337,22 @@ class Database:
             self._restore_durability(durable)
         self.durable_commits += durable
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: undo the block's writes if it raises (the error goes on),
+        leaving the rest of the transaction as it was."""
+        with self._lock:
+            if not self._depth:
+                raise StoreError("a savepoint needs a transaction")
+            self.run("SAVEPOINT part")
+            try:
+                yield
+            except BaseException:
+                self.run("ROLLBACK TO part")
+                self.run("RELEASE part")
+                raise
+            self.run("RELEASE part")
+
     def _restore_durability(self, durable: bool) -> None:
         """Every other commit (single statements included) waits for the disk again."""
         if not durable:

@@ -37,7 +37,7 @@ from bot.protocol.payloads import (
     Payload,
     raw_payload,
 )
-from bot.relay.client import MemoryOutbox, RelayClient
+from bot.relay.client import MemoryOutbox, RelayClient, one_at_a_time
 from bot.testing.replay import MemoryReplayGuard
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Agent:
         self._client = RelayClient(
             relay_url,
             identity,
-            handler=self._on_envelope,
+            handler=one_at_a_time(self._on_envelope),
             outbox=self._outbox,
             backoff_initial=backoff_initial,
             backoff_max=backoff_max,

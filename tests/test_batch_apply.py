@@ -1,0 +1,137 @@
+"""Envelopes that queued up on a relay session are applied together: one durable commit
+for all of them, one agent's snapshots folded into its last, and an envelope whose payload
+the store refuses refused alone."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from typing import Any
+
+import pytest
+from test_snapshot import _approval, _payload
+
+from bot.bridge import Bridge
+from bot.protocol.envelope import seal
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import raw_payload
+from bot.store import Store
+
+
+def _sealed(bridge: Bridge, agent: Identity, plaintext: bytes) -> dict[str, Any]:
+    return seal(plaintext, sender=agent, recipient=bridge.identity.card,
+                ts_ms=int(time.time() * 1000)).to_json()
+
+
+def test_a_growing_inbox_queued_up_costs_one_durable_commit(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    items = [_approval(f"g{i}") for i in range(30)]
+    batch = [_sealed(bridge, agent, _payload(n, items[:n])) for n in range(1, 31)]
+    commits = store.db.durable_commits
+    assert bridge.handle_envelopes(batch).cards
+    assert store.db.durable_commits == commits + 1
+    assert store.items.open_ids(agent.id) == {f"g{i}" for i in range(30)}
+    assert len(store.view().cards.dirty(5)) == 30  # a card each for chat 5
+    # The next snapshot is read against the last of the batch: g4 resolved elsewhere.
+    bridge.handle_envelopes([_sealed(bridge, agent, _payload(31, items[:4] + items[5:]))])
+    assert store.items.open_ids(agent.id) == {f"g{i}" for i in range(30)} - {"g4"}
+
+
+def test_a_copy_in_the_same_batch_is_a_replay(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    envelope = _sealed(bridge, agent, _payload(1, [_approval("c1")]))
+    with caplog.at_level(logging.INFO, logger="bot.bridge"):
+        bridge.handle_envelopes([envelope, dict(envelope)])
+    assert store.items.open_ids(agent.id) == {"c1"}
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+        f"dropped envelope {str(envelope['id'])[:12]} from {agent.id[:12]}: replay: "
+        f"envelope {envelope['id']} already accepted"
+    ]
+
+
+def test_snapshots_queued_up_are_applied_as_the_last(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each snapshot is the agent's complete inbox: of those that queued up, only the last
+    is applied, with the items it shares with the ones before it. x1 came and went before
+    anyone could see it: it gets no card."""
+    bridge, agent, store = bridge_and_agent
+    a, b, c, x = (_approval(i) for i in ("a1", "b1", "c1", "x1"))
+    batch = [_sealed(bridge, agent, _payload(1, [a, x])),
+             _sealed(bridge, agent, _payload(2, [a, x, b])),
+             _sealed(bridge, agent, _payload(3, [a, b, c]))]
+    with caplog.at_level(logging.INFO, logger="bot.bridge"):
+        bridge.handle_envelopes(batch)
+    assert store.items.open_ids(agent.id) == {"a1", "b1", "c1"}
+    assert store.items.get(agent.id, "x1") is None
+    assert [card.item_id for card in store.view().cards.dirty(5)] == ["a1", "b1", "c1"]
+    assert store.agents.last_rev(agent.id) == 3
+    assert all(store.outbox.seen(str(envelope["id"])) for envelope in batch)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"applied InboxUpdate from agent {agent.id[:8]}, with the 2 before it in the same "
+        "delivery"
+    ]
+    # The next snapshot is read against the last: a1 resolved elsewhere.
+    bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [b, c]))])
+    assert store.items.open_ids(agent.id) == {"b1", "c1"}
+
+
+def _refusing(store: Store, item_id: str) -> None:
+    """The database refuses to hold ``item_id`` (a trigger stands for any constraint)."""
+    with sqlite3.connect(store.path) as db:
+        db.execute(f"CREATE TRIGGER refuse_{item_id} BEFORE INSERT ON items"
+                   f" WHEN NEW.item_id = '{item_id}' BEGIN SELECT RAISE(ABORT, 'no'); END")
+
+
+def test_snapshots_that_fail_as_one_are_applied_one_by_one(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    _refusing(store, "bad")
+    a, b, bad = (_approval(i) for i in ("a1", "b1", "bad"))
+    batch = [_sealed(bridge, agent, _payload(1, [a])),
+             _sealed(bridge, agent, _payload(2, [a, b])),
+             _sealed(bridge, agent, _payload(3, [a, b, bad]))]
+    commits = store.db.durable_commits
+    with caplog.at_level(logging.WARNING, logger="bot.bridge"):
+        bridge.handle_envelopes(batch)
+    assert store.db.durable_commits == commits + 1
+    assert store.items.open_ids(agent.id) == {"a1", "b1"}
+    assert store.agents.last_rev(agent.id) == 2
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == (f"applying 3 snapshots from {agent.id[:8]} as one failed with "
+                       "StoreError: applying them one by one")
+    assert said[1].startswith(f"refused envelope {str(batch[2]['id'])[:12]} from "
+                              f"{agent.id[:8]}: applying its InboxUpdate failed with")
+    assert len(said) == 2
+    assert all(store.outbox.seen(str(envelope["id"])) for envelope in batch)
+    # The next snapshot is read against the last applied, the second.
+    bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [b]))])
+    assert store.items.open_ids(agent.id) == {"b1"}
+
+
+def test_a_snapshot_read_against_a_refused_one_is_read_in_full(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    """The second snapshot is refused; a notification between it and the third keeps the
+    third apart. The third was read against the refused one, in which b1 first appeared:
+    b1 is new to the bot all the same."""
+    bridge, agent, store = bridge_and_agent
+    _refusing(store, "bad")
+    a, b, bad, c = (_approval(i) for i in ("a1", "b1", "bad", "c1"))
+    notification = raw_payload("notification", {"item_id": "a1", "category": "approval",
+                                                "title": "agent", "body": "a1"})
+    batch = [_sealed(bridge, agent, _payload(1, [a])),
+             _sealed(bridge, agent, _payload(2, [a, b, bad])),
+             _sealed(bridge, agent, notification),
+             _sealed(bridge, agent, _payload(3, [a, b, c]))]
+    bridge.handle_envelopes(batch)
+    assert store.items.open_ids(agent.id) == {"a1", "b1", "c1"}
+    assert store.agents.last_rev(agent.id) == 3
+    bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [a, c]))])
+    assert store.items.open_ids(agent.id) == {"a1", "c1"}
