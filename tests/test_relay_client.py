@@ -25,6 +25,7 @@ from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.relay.client import (
+    MAX_BATCH_CIPHERTEXT,
     MAX_HANDLER_ATTEMPTS,
     MemoryOutbox,
     Outbox,
@@ -253,6 +254,44 @@ async def test_deliveries_that_queue_up_are_handed_over_together(
     await eventually(lambda: len(again.received) == 1)
     assert again.received == [later]  # every one of them was acknowledged
     await again.stop()
+    await a.stop()
+
+
+async def test_a_batch_holds_at_most_so_much_ciphertext(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    known = Peer(relay.url, bob)  # the relay keeps more for a recipient it has seen
+    known.start()
+    await eventually(lambda: known.client.connected)
+    await known.stop()
+    a = Peer(relay.url, alice)
+    a.start()
+    now = int(time.time() * 1000)
+    large = [seal(raw_payload("inbox_request", {"since_rev": n, "pad": "x" * 700_000}),
+                  sender=alice, recipient=bob.card, ts_ms=now).to_json() for n in range(8)]
+    for sealed in large:
+        a.outbox.add(relay.url, sealed)
+    a.client.wake()
+    await eventually(lambda: len(a.outbox) == 0)
+    batches: list[list[dict[str, object]]] = []
+    release = asyncio.Event()
+
+    async def handle(envelopes: list[dict[str, object]]) -> None:
+        batches.append(envelopes)
+        await release.wait()
+
+    b = RelayClient(relay.url, bob, handler=handle, outbox=MemoryOutbox())
+    task = asyncio.create_task(b.run())
+    await eventually(lambda: len(batches) == 1)
+    await asyncio.sleep(0.2)  # the rest are read meanwhile
+    release.set()
+    await eventually(lambda: sum(map(len, batches)) == len(large))
+    assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in large]
+    for batch in batches:  # what follows the first fits in the bound
+        assert sum(len(str(e["ct"])) for e in batch[1:]) <= MAX_BATCH_CIPHERTEXT
+    assert len(batches) >= 3  # the first alone, then two bounded by their size
+    await b.stop()
+    await task
     await a.stop()
 
 

@@ -1,7 +1,8 @@
 """The relay client (protocol §4): keeps one authenticated session open and loses nothing.
 
 Incoming envelopes go to a handler in order, all those that have arrived while it was busy
-at once (up to :data:`MAX_BATCH`), and are acknowledged only after it returns. When it
+at once (up to :data:`MAX_BATCH` of them and :data:`MAX_BATCH_CIPHERTEXT`), and are
+acknowledged only after it returns. When it
 raises for several, they are handed over again one at a time. A handler that raises for
 one envelope ends the session (code 1011), so the envelope and everything after it are
 delivered again on the next session, after the backoff; an envelope whose handler failed
@@ -71,6 +72,9 @@ REMEMBERED_FAILURES: Final = 1000
 """Envelopes whose failed attempts are remembered (the oldest are forgotten first)."""
 MAX_BATCH: Final = 64
 """Deliveries handed to the handler at once, at most."""
+MAX_BATCH_CIPHERTEXT: Final = 4 * 1024 * 1024
+"""Ciphertext handed to the handler at once, at most (beyond the first delivery's): what
+it opens together stays in memory together."""
 
 
 class Outbox(Protocol):
@@ -357,10 +361,10 @@ class RelayClient:
         again on the next one, after the backoff. An envelope whose handler failed
         :data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and dropped.
         """
+        held: Deliver | None = None
+        """A delivery taken from the queue that did not fit in the batch before."""
         while True:
-            batch = [await deliveries.get()]
-            while len(batch) < MAX_BATCH and not deliveries.empty():
-                batch.append(deliveries.get_nowait())
+            batch, held = _gather(held or await deliveries.get(), deliveries)
             session.handling = True
             try:
                 outcomes = await self._handle_batch(batch)
@@ -534,6 +538,22 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> list[Exception]:
         for result in results
         if isinstance(result, Exception) and not isinstance(result, ConnectionClosed)
     ]
+
+
+def _gather(
+    first: Deliver, deliveries: asyncio.Queue[Deliver]
+) -> tuple[list[Deliver], Deliver | None]:
+    """``first`` and the deliveries queued behind it, within :data:`MAX_BATCH` and
+    :data:`MAX_BATCH_CIPHERTEXT`; and the one taken from the queue that did not fit."""
+    batch, size = [first], 0
+    while len(batch) < MAX_BATCH and not deliveries.empty():
+        frame = deliveries.get_nowait()
+        ct = frame.envelope.get("ct")
+        size += len(ct) if isinstance(ct, str) else 0
+        if size > MAX_BATCH_CIPHERTEXT:
+            return batch, frame
+        batch.append(frame)
+    return batch, None
 
 
 def _close_code(exc: ConnectionClosed) -> int | None:
