@@ -21,6 +21,7 @@ import re
 from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import filterfalse
 from json import decoder as json_decoder
 from typing import Generic, TypeVar
 
@@ -195,15 +196,17 @@ def fold(earlier: Read, later: Read) -> Read:
     first, then = earlier.payload, later.payload
     if not isinstance(first, InboxUpdate) or not isinstance(then, InboxUpdate):
         raise TypeError("only inbox_update snapshots fold")
-    still = set(then.unchanged)
-    approvals = tuple(a for a in first.approvals if a.id in still)
-    clarifications = tuple(c for c in first.clarifications if c.id in still)
-    carried = {a.id for a in approvals} | {c.id for c in clarifications}
+    # The earlier's new items are few, its unchanged ones many: look only for the few.
+    carried = {a.id for a in first.approvals}.union(
+        c.id for c in first.clarifications).intersection(then.unchanged)
+    if not carried:
+        return later
     update = replace(
         then,
-        approvals=approvals + then.approvals,
-        clarifications=clarifications + then.clarifications,
-        unchanged=tuple(i for i in then.unchanged if i not in carried),
+        approvals=tuple(a for a in first.approvals if a.id in carried) + then.approvals,
+        clarifications=tuple(c for c in first.clarifications if c.id in carried)
+        + then.clarifications,
+        unchanged=tuple(filterfalse(carried.__contains__, then.unchanged)),
     )
     texts = {i: text for i, text in earlier.texts.items() if i in carried}
     texts.update(later.texts)
