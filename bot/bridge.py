@@ -1019,12 +1019,11 @@ def _fold_snapshots(received: list[_Received]) -> list[_Received]:
     for delivery in received:
         sender = delivery.opened.sender.id
         index = last.get(sender)
-        both = _folded(folded[index], delivery) if index is not None else None
-        if index is not None and both is not None:
+        if index is not None and (both := _folded(folded[index], delivery)) is not None:
             folded[index] = both
-        else:
-            last[sender] = len(folded)
-            folded.append(delivery)
+            continue
+        last[sender] = len(folded)
+        folded.append(delivery)
     return folded
 
 

@@ -224,6 +224,29 @@ async def test_the_durable_outbox_survives_a_restart(
     reopened.close()
 
 
+async def batches_while_busy(
+    url: str, identity: Identity, count: int
+) -> list[list[dict[str, object]]]:
+    """How a client of ``identity`` is handed ``count`` envelopes the relay holds for it,
+    when its handler takes long over the first: the batches, in order."""
+    batches: list[list[dict[str, object]]] = []
+    release = asyncio.Event()
+
+    async def handle(envelopes: list[dict[str, object]]) -> None:
+        batches.append(envelopes)
+        await release.wait()  # busy: the rest queue up meanwhile
+
+    client = RelayClient(url, identity, handler=handle, outbox=MemoryOutbox())
+    task = asyncio.create_task(client.run())
+    await eventually(lambda: len(batches) == 1)
+    await asyncio.sleep(0.2)  # the relay has sent them all at once: let them be read
+    release.set()
+    await eventually(lambda: sum(map(len, batches)) == count)
+    await client.stop()
+    await task
+    return batches
+
+
 async def test_deliveries_that_queue_up_are_handed_over_together(
     relay: RelayServer, alice: Identity, bob: Identity
 ) -> None:
@@ -231,23 +254,9 @@ async def test_deliveries_that_queue_up_are_handed_over_together(
     a.start()
     sent = [a.send(bob, n) for n in range(5)]
     await eventually(lambda: len(a.outbox) == 0)  # all of them stored by the relay
-    batches: list[list[object]] = []
-    release = asyncio.Event()
-
-    async def handle(envelopes: list[dict[str, object]]) -> None:
-        batches.append([envelope["id"] for envelope in envelopes])
-        await release.wait()  # busy: the rest queue up meanwhile
-
-    b = RelayClient(relay.url, bob, handler=handle, outbox=MemoryOutbox())
-    task = asyncio.create_task(b.run())
-    await eventually(lambda: len(batches) == 1)
-    await asyncio.sleep(0.1)  # the relay has sent them all at once: let them be read
-    release.set()
-    await eventually(lambda: sum(map(len, batches)) == 5)
-    assert [i for batch in batches for i in batch] == [e["id"] for e in sent]  # in order
+    batches = await batches_while_busy(relay.url, bob, len(sent))
+    assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in sent]  # in order
     assert len(batches) <= 2
-    await b.stop()
-    await task
     again = Peer(relay.url, bob)
     again.start()
     later = a.send(bob, 5)
@@ -273,25 +282,11 @@ async def test_a_batch_holds_at_most_so_much_ciphertext(
         a.outbox.add(relay.url, sealed)
     a.client.wake()
     await eventually(lambda: len(a.outbox) == 0)
-    batches: list[list[dict[str, object]]] = []
-    release = asyncio.Event()
-
-    async def handle(envelopes: list[dict[str, object]]) -> None:
-        batches.append(envelopes)
-        await release.wait()
-
-    b = RelayClient(relay.url, bob, handler=handle, outbox=MemoryOutbox())
-    task = asyncio.create_task(b.run())
-    await eventually(lambda: len(batches) == 1)
-    await asyncio.sleep(0.2)  # the rest are read meanwhile
-    release.set()
-    await eventually(lambda: sum(map(len, batches)) == len(large))
+    batches = await batches_while_busy(relay.url, bob, len(large))
     assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in large]
     for batch in batches:  # what follows the first fits in the bound
         assert sum(len(str(e["ct"])) for e in batch[1:]) <= MAX_BATCH_CIPHERTEXT
     assert len(batches) >= 3  # the first alone, then two bounded by their size
-    await b.stop()
-    await task
     await a.stop()
 
 
