@@ -98,6 +98,12 @@ class Peer:
         self.client.wake()
         return env
 
+    async def send_stored(self, recipient: Identity, count: int) -> list[dict[str, object]]:
+        """``count`` envelopes to ``recipient``, once the relay holds every one of them."""
+        sent = [self.send(recipient, n) for n in range(count)]
+        await eventually(lambda: len(self.outbox) == 0)
+        return sent
+
 
 class AppliedLog:
     """What a recipient durably applied: a replay set and an applied table in one SQLite
@@ -194,8 +200,7 @@ async def test_queued_for_an_offline_client(
 ) -> None:
     a = Peer(relay.url, alice)
     a.start()
-    sent = [a.send(bob, n) for n in range(3)]
-    await eventually(lambda: len(a.outbox) == 0)  # the relay holds them now
+    sent = await a.send_stored(bob, 3)
     await a.stop()
     b = Peer(relay.url, bob)
     b.start()
@@ -252,8 +257,7 @@ async def test_deliveries_that_queue_up_are_handed_over_together(
 ) -> None:
     a = Peer(relay.url, alice)
     a.start()
-    sent = [a.send(bob, n) for n in range(5)]
-    await eventually(lambda: len(a.outbox) == 0)  # all of them stored by the relay
+    sent = await a.send_stored(bob, 5)
     batches = await batches_while_busy(relay.url, bob, len(sent))
     assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in sent]  # in order
     assert len(batches) <= 2
