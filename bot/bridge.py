@@ -85,7 +85,7 @@ from bot.protocol.payloads import (
     item_to_wire,
     parse_payload,
 )
-from bot.protocol.replay import RETENTION_MS, ReplayGuard
+from bot.protocol.replay import RETENTION_MS
 from bot.protocol.snapshot import SeenSnapshot, fold
 from bot.store import Store, is_store_failure
 
@@ -177,13 +177,14 @@ class _Snapshots:
 
 @dataclass
 class _BatchReplay:
-    """The replay set, and the envelopes of the batch being opened (not stored yet)."""
+    """The envelopes of a batch that the replay set holds (looked up together), and those
+    of the batch opened so far (not stored yet)."""
 
-    stored: ReplayGuard
+    stored: set[str]
     ids: set[str] = field(default_factory=set)
 
     def seen(self, envelope_id: str) -> bool:
-        return envelope_id in self.ids or self.stored.seen(envelope_id)
+        return envelope_id in self.ids or envelope_id in self.stored
 
 
 class Bridge:
@@ -293,11 +294,15 @@ class Bridge:
         """Open each envelope, reading each snapshot against the same agent's one before
         it (in this batch, or else the last applied); refused ones are logged and left out."""
         reading = dict(self._seen)
-        replay = _BatchReplay(self._store.outbox)
+        replay = _BatchReplay(self._store.outbox.seen_among(
+            {envelope_id for raw in raws if isinstance(envelope_id := raw.get("id"), str)}))
+        cards: dict[str, PublicCard | None] = {}
         received = []
         for raw in raws:
             sender = raw.get("from")
-            card = self._card_of(sender, now) if isinstance(sender, str) else None
+            if isinstance(sender, str) and sender not in cards:
+                cards[sender] = self._card_of(sender, now)
+            card = cards.get(sender) if isinstance(sender, str) else None
             basis = reading.get(sender) if isinstance(sender, str) else None
             try:
                 opened = open_envelope(

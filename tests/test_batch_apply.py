@@ -48,10 +48,16 @@ def test_a_copy_in_the_same_batch_is_a_replay(
     with caplog.at_level(logging.INFO, logger="bot.bridge"):
         bridge.handle_envelopes([envelope, dict(envelope)])
     assert store.items.open_ids(agent.id) == {"c1"}
-    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
-        f"dropped envelope {str(envelope['id'])[:12]} from {agent.id[:12]}: replay: "
-        f"envelope {envelope['id']} already accepted"
-    ]
+    dropped = (f"dropped envelope {str(envelope['id'])[:12]} from {agent.id[:12]}: replay: "
+               f"envelope {envelope['id']} already accepted")
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [dropped]
+    # Delivered again in a later batch, beside a new one: the replay set drops it.
+    caplog.clear()
+    later = _sealed(bridge, agent, _payload(2, [_approval("c1"), _approval("c2")]))
+    with caplog.at_level(logging.INFO, logger="bot.bridge"):
+        bridge.handle_envelopes([dict(envelope), later])
+    assert store.items.open_ids(agent.id) == {"c1", "c2"}
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [dropped]
 
 
 def test_snapshots_queued_up_are_applied_as_the_last(

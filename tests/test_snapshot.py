@@ -24,7 +24,14 @@ from bot.protocol.payloads import (
     parse_payload,
     raw_payload,
 )
-from bot.protocol.snapshot import WALKED_BYTES, Read, SeenSnapshot, fold, read_payload
+from bot.protocol.snapshot import (
+    MAX_SPANS,
+    WALKED_BYTES,
+    Read,
+    SeenSnapshot,
+    fold,
+    read_payload,
+)
 from bot.store import Store
 
 PAD = "p" * 400
@@ -69,6 +76,38 @@ def test_an_inbox_growing_by_one_item_parses_only_that_item() -> None:
     second, _ = _read(_payload(2, items), read.seen)
     assert [a.id for a in second.approvals] == ["g39"]
     assert second.unchanged == tuple(f"g{i}" for i in range(39))
+
+
+def _covers(seen: SeenSnapshot, approvals: list[Any]) -> tuple[tuple[int, int], ...]:
+    """The spans the approvals list is remembered in, checked to cover its text exactly."""
+    text, pos = json.dumps(approvals, ensure_ascii=False)[1:-1], 0
+    for length, digest in seen.approvals.spans:
+        assert hash(text[pos:pos + length]) == digest
+        pos += length
+    assert pos == len(text)
+    return seen.approvals.spans
+
+
+def test_a_list_that_keeps_growing_is_hashed_only_where_it_grew() -> None:
+    """Each snapshot's list is remembered as the spans of the one before plus one for what
+    is new, up to MAX_SPANS; one more, and it is hashed whole again. Every item read as
+    before stays unparsed, the spans rolling over or not."""
+    items = [_approval(f"s{i}") for i in range(3 * MAX_SPANS)]
+    update, read = _read(_payload(1, items[:1]), None)
+    spans = _covers(read.seen, items[:1])
+    for count in range(2, len(items) + 1):
+        update, read = _read(_payload(count, items[:count]), read.seen)
+        assert [a.id for a in update.approvals] == [f"s{count - 1}"]
+        assert update.unchanged == tuple(f"s{i}" for i in range(count - 1))
+        before, spans = spans, _covers(read.seen, items[:count])
+        assert spans[:-1] == before if len(before) < MAX_SPANS else len(spans) == 1
+    # A changed first item leaves the rest unchanged; a shorter list is read item by item.
+    changed = [_approval("s0", summary="Changed"), *items[1:]]
+    update, read = _read(_payload(100, changed), read.seen)
+    assert [a.summary for a in update.approvals] == ["Changed"]
+    update, read = _read(_payload(101, changed[:-1]), read.seen)
+    assert not update.approvals and len(update.unchanged) == len(items) - 1
+    _covers(read.seen, changed[:-1])
 
 
 def test_an_item_resolved_in_the_middle_leaves_the_others_unchanged() -> None:

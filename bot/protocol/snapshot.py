@@ -4,7 +4,9 @@ An agent sends its complete inbox on every change (§3.1). An inbox that grows o
 time to 1,000 sends half a million items in all, nearly every one the same, byte for byte,
 as in the snapshot before. :func:`read_payload` walks the two outer levels of the payload
 itself and checks each item's text against the item at that place in the sender's previous
-snapshot, by length and hash: an unchanged item costs that comparison, not a parse. New and
+snapshot, by length and hash: an unchanged item costs that comparison, not a parse. A list
+that starts as the previous one did costs a comparison for each of the few spans it was
+remembered in, and only what follows them is hashed to remember the new list. New and
 changed items are decoded and parsed as usual.
 
 What is accepted, and how a refusal reads, stays :func:`parse_payload`'s: a payload this
@@ -43,6 +45,9 @@ from bot.protocol.payloads import (
 
 WALKED_BYTES = 16 * 1024
 """Smaller payloads are parsed in full: that is cheaper than walking them."""
+MAX_SPANS = 8
+"""A list is remembered in at most this many spans: one more, and the next snapshot's list
+is hashed whole again (for an inbox growing one item at a time, once in eight)."""
 MAX_DEPTH = 64
 """The nesting :func:`bot.protocol.encoding.loads_limited` allows a whole payload."""
 
@@ -59,15 +64,15 @@ def _numbers() -> array[int]:
 @dataclass(frozen=True)
 class SeenList:
     """One list of a snapshot's items (its approvals or its clarifications), in order: each
-    item's id, and the length and hash of its JSON text; and the length and hash of the
-    text from the first item's start to the last one's end, so that a list the next
-    snapshot starts with unchanged costs one comparison in all. Never changed once made."""
+    item's id, and the length and hash of its JSON text; and the text from the first item's
+    start to the last one's end as consecutive spans (the length and hash of each), so that
+    a list the next snapshot starts with unchanged costs a comparison for each span. Never
+    changed once made."""
 
     ids: tuple[str, ...] = ()
     lengths: array[int] = field(default_factory=_numbers)
     digests: array[int] = field(default_factory=_numbers)
-    length: int = 0
-    digest: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,13 +121,12 @@ class _New(Generic[_Item]):
 class _Walked(Generic[_Item]):
     """One item list as walked against the previous one (``before``): whether it starts
     with all of it unchanged (``same``), then each later item, new or the same as the
-    item of ``before`` at an index; and the text's span."""
+    item of ``before`` at an index; and the spans of its text."""
 
     before: SeenList
     same: bool
     rest: list[int | _New[_Item]]
-    length: int
-    digest: int
+    spans: tuple[tuple[int, int], ...]
 
     def count(self) -> int:
         return (len(self.before.ids) if self.same else 0) + len(self.rest)
@@ -170,8 +174,8 @@ def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
     if (body.get("approvals") is not None and approvals is None) \
             or (body.get("clarifications") is not None and clarifications is None):
         raise _NotFollowed  # not a list: refused in full
-    approvals = approvals or _Walked(SeenList(), False, [], 0, 0)
-    clarifications = clarifications or _Walked(SeenList(), False, [], 0, 0)
+    approvals = approvals or _Walked(SeenList(), False, [], ())
+    clarifications = clarifications or _Walked(SeenList(), False, [], ())
     check_item_count(approvals.count() + clarifications.count())
     new_approvals, seen_approvals = _items(approvals)
     new_clarifications, seen_clarifications = _items(clarifications)
@@ -233,7 +237,7 @@ def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:
         ids.append(item.id)
         lengths.append(len(entry.text))
         digests.append(entry.digest)
-    return new, SeenList(tuple(ids), lengths, digests, walked.length, walked.digest)
+    return new, SeenList(tuple(ids), lengths, digests, walked.spans)
 
 
 class _Walk:
@@ -307,16 +311,16 @@ class _Walk:
         last = first
         rest: list[int | _New[_Item]] = []
         if text.startswith("]", pos):
-            return _Walked(before, False, rest, 0, 0), pos + 1
+            return _Walked(before, False, rest, ()), pos + 1
         count = len(before.ids)
         expected, same = 0, False
-        if count and hash(text[pos:pos + before.length]) == before.digest:
+        if count and (past := _past_spans(text, pos, before.spans)) is not None:
             expected, same = count, True
-            pos = last = pos + before.length
+            pos = last = past
             if not text.startswith(",", pos):
                 pos = _skip(text, pos)
             if text.startswith("]", pos):
-                return _Walked(before, True, rest, before.length, before.digest), pos + 1
+                return _Walked(before, True, rest, before.spans), pos + 1
             if not text.startswith(",", pos):
                 raise _NotFollowed
             pos = _skip(text, pos + 1)
@@ -348,12 +352,35 @@ class _Walk:
                 end = _skip(text, end)
                 after = text[end:end + 1]
             if after == "]":
-                return _Walked(before, same, rest, last - first, hash(text[first:last])), end + 1
+                return _Walked(before, same, rest, _spans(text, first, last, before, same)), \
+                    end + 1
             if after != ",":
                 raise _NotFollowed
             pos = end + 1
             if text[pos:pos + 1] in _BLANK:
                 pos = _skip(text, pos)
+
+
+def _past_spans(text: str, pos: int, spans: tuple[tuple[int, int], ...]) -> int | None:
+    """Where the text at ``pos`` ends if it continues as ``spans``; None if it does not."""
+    for length, digest in spans:
+        end = pos + length
+        if hash(text[pos:end]) != digest:
+            return None
+        pos = end
+    return pos
+
+
+def _spans(
+    text: str, first: int, last: int, before: SeenList, same: bool
+) -> tuple[tuple[int, int], ...]:
+    """The spans of a list's text ``text[first:last]``: those of ``before``, which it starts
+    with when ``same``, and one for the rest; or else (or when that would be too many) one
+    for the whole."""
+    if same and len(before.spans) < MAX_SPANS:
+        start = first + sum(length for length, _ in before.spans)
+        return (*before.spans, (last - start, hash(text[start:last])))
+    return ((last - first, hash(text[first:last])),)
 
 
 def _key_at(text: str, pos: int) -> tuple[str, int]:

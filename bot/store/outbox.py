@@ -5,6 +5,7 @@ envelope it guards."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from bot.store.db import Database
 
@@ -31,6 +32,17 @@ class OutboxView:
         """Whether the envelope was applied before (the protocol core's ``ReplayGuard``)."""
         row = self._db.one("SELECT 1 FROM replay WHERE envelope_id = ?", (envelope_id,))
         return row is not None
+
+    def seen_among(self, envelope_ids: Collection[str]) -> set[str]:
+        """Which of ``envelope_ids`` were applied before: :meth:`seen` for a batch."""
+        if not envelope_ids:
+            return set()
+        rows = self._db.all(
+            "SELECT envelope_id FROM replay"
+            " WHERE envelope_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(envelope_ids)),),
+        )
+        return {str(r["envelope_id"]) for r in rows}
 
 
 class Outbox(OutboxView):
