@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from bot.errors import EnvelopeRefused, PayloadError, ProtocolError, RefusalReason
 from bot.protocol.encoding import b64u_decode, b64u_encode, loads_limited
-from bot.protocol.envelope import MAX_ENVELOPE_BYTES, parse_envelope
+from bot.protocol.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MIN_CT_BYTES,
+    DecodedEnvelope,
+    Envelope,
+    parse_envelope,
+)
 from bot.protocol.identity import is_id
 from bot.relay.frames import (
     MAX_FRAME_BYTES,
@@ -289,6 +295,29 @@ def test_a_deliver_frame_read_without_json_is_the_full_parses(text: str) -> None
         assert full == fast
         assert list(full.envelope.items()) == list(fast.envelope.items())
         assert parse_frame(text) == fast
+        assert _parsed(fast.envelope) == _parsed(full.envelope)
+
+
+def _parsed(envelope: dict[str, object]) -> Envelope | str:
+    try:
+        return parse_envelope(envelope)
+    except EnvelopeRefused as refusal:
+        return str(refusal)
+
+
+def test_a_deliver_frames_ciphertext_is_decoded_once_and_only_for_its_own_text() -> None:
+    """The fast read hands its decoded ``ct`` on with the envelope; an envelope whose ``ct``
+    was replaced since, or a copy, is decoded as any other."""
+    fast = _read_deliver(_as_deliver(_send_text()))
+    assert isinstance(fast, Deliver) and isinstance(fast.envelope, DecodedEnvelope)
+    assert parse_envelope(fast.envelope).ct == fast.envelope.ct_bytes
+    other = b64u_encode(b"\x01" * MIN_CT_BYTES)
+    changed = fast.envelope
+    changed["ct"] = other
+    assert parse_envelope(changed).ct == b"\x01" * MIN_CT_BYTES
+    copy = dict(fast.envelope, ct="not base64url!")
+    with pytest.raises(EnvelopeRefused, match="ct: not unpadded base64url"):
+        parse_envelope(copy)
 
 
 @given(st.text(alphabet='{}":,0123456789abcdefvitsgpuhromAB-_\\\n', max_size=60))

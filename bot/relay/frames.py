@@ -23,6 +23,7 @@ from bot.protocol.envelope import (
     MAX_TS,
     MIN_CT_BYTES,
     VERSION,
+    DecodedEnvelope,
 )
 from bot.protocol.identity import SIGNATURE_BYTES, is_id
 
@@ -229,18 +230,18 @@ def _read_deliver(text: str) -> Deliver | None:
         return None
     ct = text[ct_start:ct_end]
     try:
-        b64u_decode(ct)
+        ct_bytes = b64u_decode(ct)
     except ProtocolError:
         return None  # left to the full parse (JSON reads a backslash otherwise)
     envelope_id, sender, recipient, ts = head.groups()
     sig, push = tail.groups()
-    envelope: dict[str, object] = {
+    fields: dict[str, object] = {
         "v": VERSION, "id": envelope_id, "from": sender, "to": recipient, "ts": int(ts),
         "ct": ct, "sig": sig,
     }
     if push is not None:
-        envelope["push"] = push
-    return Deliver(envelope, envelope_id)
+        fields["push"] = push
+    return Deliver(DecodedEnvelope(fields, ct, ct_bytes), envelope_id)
 
 
 _COMPACT_ACK: Final = re.compile(r'\{"type":"ack","id":"([0-9a-f]{32})"\}')
