@@ -300,10 +300,11 @@ class Bridge:
         received = []
         for raw in raws:
             sender = raw.get("from")
-            if isinstance(sender, str) and sender not in cards:
-                cards[sender] = self._card_of(sender, now)
-            card = cards.get(sender) if isinstance(sender, str) else None
-            basis = reading.get(sender) if isinstance(sender, str) else None
+            card = basis = None
+            if isinstance(sender, str):
+                if sender not in cards:
+                    cards[sender] = self._card_of(sender, now)
+                card, basis = cards[sender], reading.get(sender)
             try:
                 opened = open_envelope(
                     raw,

@@ -77,7 +77,8 @@ def test_snapshots_queued_up_are_applied_as_the_last(
     assert store.items.get(agent.id, "x1") is None
     assert [card.item_id for card in store.view().cards.dirty(5)] == ["a1", "b1", "c1"]
     assert store.agents.last_rev(agent.id) == 3
-    assert all(store.outbox.seen(str(envelope["id"])) for envelope in batch)
+    ids = {str(envelope["id"]) for envelope in batch}
+    assert store.outbox.seen_among(ids) == ids
     assert [r.getMessage() for r in caplog.records] == [
         f"applied InboxUpdate from agent {agent.id[:8]}, with the 2 before it in the same "
         "delivery"
@@ -115,7 +116,8 @@ def test_snapshots_that_fail_as_one_are_applied_one_by_one(
     assert said[1].startswith(f"refused envelope {str(batch[2]['id'])[:12]} from "
                               f"{agent.id[:8]}: applying its InboxUpdate failed with")
     assert len(said) == 2
-    assert all(store.outbox.seen(str(envelope["id"])) for envelope in batch)
+    ids = {str(envelope["id"]) for envelope in batch}
+    assert store.outbox.seen_among(ids) == ids
     # The next snapshot is read against the last applied, the second.
     bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [b]))])
     assert store.items.open_ids(agent.id) == {"b1"}

@@ -1,7 +1,8 @@
 """The replay set (protocol §2 rule 6): envelope ids already accepted, kept 30 days.
 
-The durable implementation lives in the bot's store; tests and tools that need no
-persistence use :class:`bot.testing.replay.MemoryReplayGuard`.
+The durable sets live in the agent host's store and in the bot's (which the bot looks up
+for a batch of envelopes at once); tests and tools that need no persistence use
+:class:`bot.testing.replay.MemoryReplayGuard`.
 """
 
 from __future__ import annotations

@@ -28,13 +28,9 @@ class OutboxView:
         row = self._db.one("SELECT count(*) AS n FROM outbox WHERE sent_at IS NULL")
         return int(row["n"]) if row else 0
 
-    def seen(self, envelope_id: str) -> bool:
-        """Whether the envelope was applied before (the protocol core's ``ReplayGuard``)."""
-        row = self._db.one("SELECT 1 FROM replay WHERE envelope_id = ?", (envelope_id,))
-        return row is not None
-
     def seen_among(self, envelope_ids: Collection[str]) -> set[str]:
-        """Which of ``envelope_ids`` were applied before: :meth:`seen` for a batch."""
+        """Which of ``envelope_ids`` were applied before (the replay set, looked up for a
+        batch of envelopes at once)."""
         if not envelope_ids:
             return set()
         rows = self._db.all(
