@@ -87,8 +87,8 @@ async def _run(config_path: str, report: Path) -> None:
                 return await receive(raws)
             finally:
                 stats.deliveries.append((time.perf_counter() - wall,
-                                        sum(cpu for cpu, on_loop in spent if on_loop),
-                                        sum(cpu for cpu, _ in spent), len(raws)))
+                                         sum(cpu for cpu, on_loop in spent if on_loop),
+                                         sum(cpu for cpu, _ in spent), len(raws)))
 
         bridge.receive = timed  # type: ignore[method-assign]
         bridge.handle_envelopes = timed_handle  # type: ignore[method-assign]

@@ -2,16 +2,16 @@
 
 Incoming envelopes go to a handler in order, all those that have arrived while it was busy
 at once (up to :data:`MAX_BATCH` of them and :data:`MAX_BATCH_CIPHERTEXT`), and are
-acknowledged only after it returns. When it
-raises for several, they are handed over again one at a time. A handler that raises for
-one envelope ends the session (code 1011), so the envelope and everything after it are
-delivered again on the next session, after the backoff; an envelope whose handler failed
-:data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and dropped (logged as an error) so
-that it cannot block the queue forever. Handling runs apart from reading, so a slow
-handler does not stop the client from answering keepalive. Outgoing envelopes wait in an
-:class:`Outbox` until the relay answers ``sent``, and are sent again, with the same id,
-after every reconnection; envelopes refused for now are retried ``backoff_max`` seconds
-later. The client never opens an envelope: the handler does.
+acknowledged only after it returns. When it raises for several, they are handed over
+again one at a time. A handler that raises for one envelope ends the session (code 1011),
+so the envelope and everything after it are delivered again on the next session, after
+the backoff; an envelope whose handler failed :data:`MAX_HANDLER_ATTEMPTS` times is
+acknowledged and dropped (logged as an error) so that it cannot block the queue forever.
+Handling runs apart from reading, so a slow handler does not stop the client from
+answering keepalive. Outgoing envelopes wait in an :class:`Outbox` until the relay answers
+``sent``, and are sent again, with the same id, after every reconnection; envelopes
+refused for now are retried ``backoff_max`` seconds later. The client never opens an
+envelope: the handler does.
 
 Reconnection uses exponential backoff with jitter (``backoff_initial`` doubling to
 ``backoff_max``; each wait is drawn between half and all of the current delay). The delay
