@@ -12,6 +12,7 @@ relay.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import functools
 import json
@@ -62,7 +63,7 @@ from bot.core.policy import (
 )
 from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
 from bot.protocol.encoding import args_sha256, format_rfc3339
-from bot.protocol.envelope import Opened, open_envelope, seal
+from bot.protocol.envelope import Opened, Unsealed, accept, seal, unseal
 from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.pairing import PairingUri, build_pair_request
 from bot.protocol.payloads import (
@@ -86,7 +87,7 @@ from bot.protocol.payloads import (
     parse_payload,
 )
 from bot.protocol.replay import RETENTION_MS
-from bot.protocol.snapshot import SeenSnapshot, fold
+from bot.protocol.snapshot import SeenSnapshot, rev_hint, snapshot_rev
 from bot.store import Store, is_store_failure
 
 log = logging.getLogger(__name__)
@@ -143,9 +144,10 @@ class _Received:
 
     opened: Opened
     basis: SeenSnapshot | None
-    replaces: tuple[_Received, ...] = ()
-    """The snapshots of one agent folded into this one, in order (this one's own
-    envelope is the last's): applied one by one should it fail."""
+    supersedes: tuple[Unsealed, ...] = ()
+    """The same agent's older snapshots beside this one in the batch (nothing else of the
+    agent's in between), left unread and unchecked: this one is the agent's complete inbox
+    after them. Opened should this one fail to apply."""
 
 
 class _Snapshots:
@@ -266,7 +268,7 @@ class Bridge:
         One whose payload fails to apply is refused alone: the others' changes stay.
         """
         now = self.now_ms()
-        received = _fold_snapshots(self._open_all(raws, now))
+        received = self._open_all(self._unseal_all(raws, now), now, self._seen)
         if not received:
             return NOTHING
         snapshots = _Snapshots(self._seen)
@@ -290,62 +292,57 @@ class Bridge:
             return self.handle_envelopes(raws)
         return await asyncio.to_thread(self.handle_envelopes, raws)
 
-    def _open_all(self, raws: Sequence[dict[str, object]], now: int) -> list[_Received]:
-        """Open each envelope, reading each snapshot against the same agent's one before
-        it (in this batch, or else the last applied); refused ones are logged and left out."""
-        reading = dict(self._seen)
-        replay = _BatchReplay(self._store.outbox.seen_among(
-            {envelope_id for raw in raws if isinstance(envelope_id := raw.get("id"), str)}))
+    def _open_all(
+        self, unsealed: Sequence[Unsealed], now: int, seen: dict[str, SeenSnapshot]
+    ) -> list[_Received]:
+        """Open each unsealed envelope, reading each snapshot against the same agent's one
+        before it (in this batch, or else ``seen``); refused ones are logged and left out.
+
+        Of a stretch of one agent's snapshots (nothing else from the agent in between),
+        only the newest that opens is read and checked: each is the agent's complete
+        inbox, so whatever the others say, applying it leaves nothing of them (an item that
+        came and went in between never reaches a chat). The others are only decrypted, to
+        tell that they are older snapshots (:func:`snapshot_rev`)."""
+        batch = _Batch(reading=dict(seen), replay=_BatchReplay(
+            self._store.outbox.seen_among({item.envelope.id for item in unsealed})))
+        received: list[_Received] = []
+        for group in _stretches(unsealed):
+            if len(group) > 1:
+                received += batch.accept_stretch(group, now)
+            elif (delivery := batch.accept(group[0][1], now)) is not None:
+                received.append(delivery)
+        return received
+
+    def _unseal_all(self, raws: Sequence[dict[str, object]], now: int) -> list[Unsealed]:
+        """Each envelope from a peer (or an agent the bot is pairing with) decrypted, in
+        order; the others logged and left out."""
         cards: dict[str, PublicCard | None] = {}
-        received = []
+        unsealed = []
         for raw in raws:
             sender = raw.get("from")
-            card = basis = None
+            card = None
             if isinstance(sender, str):
                 if sender not in cards:
                     cards[sender] = self._card_of(sender, now)
-                card, basis = cards[sender], reading.get(sender)
+                card = cards[sender]
             try:
-                opened = open_envelope(
-                    raw,
-                    me=self.identity,
-                    peers={str(sender): card} if card is not None else {},
-                    now_ms=now,
-                    replay=replay,
-                    seen=reading,
-                )
+                unsealed.append(unseal(raw, me=self.identity,
+                                       peers={str(sender): card} if card is not None else {}))
             except EnvelopeRefused as refusal:
-                _dropped(raw, refusal)
-                continue
-            replay.ids.add(opened.envelope.id)
-            if isinstance(opened.payload, InboxUpdate):
-                seen = opened.read.seen if opened.read else None
-                if seen is None:
-                    reading.pop(opened.sender.id, None)
-                else:
-                    reading[opened.sender.id] = seen
-            received.append(_Received(opened, basis))
-        return received
+                _dropped(raw.get("id"), sender, refusal)
+        return unsealed
 
     def _apply_received(self, delivery: _Received, now: int, snapshots: _Snapshots) -> Changes:
-        """Apply one opened envelope inside the batch's transaction, or refuse it alone."""
+        """Apply one opened envelope inside the batch's transaction, or refuse it alone
+        (and apply the snapshots it superseded instead)."""
         envelope, payload = delivery.opened.envelope, delivery.opened.payload
         try:
             with self._store.savepoint():
-                for part in delivery.replaces or (delivery,):
-                    sealed = part.opened.envelope
-                    self._store.outbox.remember(sealed.id, sealed.ts, now)
+                self._store.outbox.remember(envelope.id, envelope.ts, now)
                 changes = self._apply(delivery, now, snapshots)
         except Exception as exc:
             if is_store_failure(exc):
                 raise  # the disk, not the sender: fail the session and retry later
-            if delivery.replaces:
-                log.warning("applying %d snapshots from %s as one failed with %s: applying "
-                            "them one by one", len(delivery.replaces), envelope.sender[:8],
-                            type(exc).__name__)
-                return functools.reduce(operator.or_, [
-                    self._apply_received(part, now, snapshots) for part in delivery.replaces
-                ], NOTHING)
             # One sender's payload must not stall everyone else's behind it on the shared
             # relay session: it is refused (acknowledged, nothing applied) like any other.
             # The error's text may quote decrypted content: log its type and place only.
@@ -355,13 +352,29 @@ class Bridge:
                       type(exc).__name__, where.filename, where.lineno)
             # Its id is kept, so that a copy delivered again is a replay.
             self._store.outbox.remember(envelope.id, envelope.ts, now)
-            return NOTHING
-        if delivery.replaces:
-            log.info("applied %s from agent %s, with the %d before it in the same delivery",
-                     type(payload).__name__, envelope.sender[:8], len(delivery.replaces) - 1)
+            return self._apply_superseded(delivery, now, snapshots)
+        if delivery.supersedes:
+            log.info("applied %s from agent %s, the newest of %d of its snapshots in the same "
+                     "delivery", type(payload).__name__, envelope.sender[:8],
+                     len(delivery.supersedes) + 1)
         else:
             log.info("applied %s from agent %s", type(payload).__name__, envelope.sender[:8])
         return changes | REDRAW
+
+    def _apply_superseded(
+        self, delivery: _Received, now: int, snapshots: _Snapshots
+    ) -> Changes:
+        """The snapshots a refused one superseded, opened and applied in its place."""
+        if not delivery.supersedes:
+            return NOTHING
+        sender = delivery.opened.envelope.sender
+        log.info("opening the %d snapshots of %s it superseded instead",
+                 len(delivery.supersedes), sender[:8])
+        applied = snapshots.get(sender)
+        opened = self._open_all(delivery.supersedes, now,
+                                {} if applied is None else {sender: applied})
+        return functools.reduce(operator.or_, [
+            self._apply_received(part, now, snapshots) for part in opened], NOTHING)
 
     def _card_of(self, agent_id: str, now: int) -> PublicCard | None:
         """The card of a peer, or else of an agent the bot is pairing with."""
@@ -1015,36 +1028,102 @@ REFUSALS = {
 """What each ``pair_reject`` reason means, for people."""
 
 
-def _fold_snapshots(received: list[_Received]) -> list[_Received]:
-    """The batch with each run of one agent's snapshots (nothing else from it in between,
-    each newer than the one before) folded into one, in place of the first: a snapshot is
-    the agent's complete inbox, so only the last of them need be applied."""
-    folded: list[_Received] = []
-    last: dict[str, int] = {}
-    """Where each agent's last envelope is in ``folded``."""
-    for delivery in received:
-        sender = delivery.opened.sender.id
-        index = last.get(sender)
-        if index is not None and (both := _folded(folded[index], delivery)) is not None:
-            folded[index] = both
+_Hinted = tuple[int, Unsealed]
+"""An envelope, and the revision its snapshot seems to have (:func:`rev_hint`)."""
+
+
+def _stretches(unsealed: Sequence[Unsealed]) -> list[list[_Hinted]]:
+    """The batch in groups, in order of each group's first envelope: each stretch of one
+    agent's envelopes that all seem to hold snapshots (two or more, nothing else of the
+    agent's in between), and every other envelope alone."""
+    senders = collections.Counter(item.envelope.sender for item in unsealed)
+    groups: list[list[_Hinted]] = []
+    open_stretch: dict[str, list[_Hinted]] = {}
+    for item in unsealed:
+        sender = item.envelope.sender
+        hint = None
+        if senders[sender] > 1 and item.plaintext is not None:
+            hint = rev_hint(item.plaintext)
+        if hint is None:
+            open_stretch.pop(sender, None)
+            groups.append([(-1, item)])
             continue
-        last[sender] = len(folded)
-        folded.append(delivery)
-    return folded
+        stretch = open_stretch.get(sender)
+        if stretch is None:
+            stretch = open_stretch[sender] = []
+            groups.append(stretch)
+        stretch.append((hint, item))
+    return groups
 
 
-def _folded(earlier: _Received, later: _Received) -> _Received | None:
-    """``later`` folded with ``earlier`` when both are snapshots, ``later`` the newer and
-    read against ``earlier``; else None."""
-    first, then = earlier.opened, later.opened
-    if not (isinstance(first.payload, InboxUpdate) and isinstance(then.payload, InboxUpdate)
-            and then.payload.rev > first.payload.rev
-            and first.read is not None and then.read is not None
-            and later.basis is first.read.seen):
-        return None
-    read = fold(first.read, then.read)
-    return _Received(dataclasses.replace(then, payload=read.payload, read=read),
-                     earlier.basis, (earlier.replaces or (earlier,)) + (later,))
+@dataclass
+class _Batch:
+    """What a batch's envelopes are opened against: each agent's snapshot read last, and
+    the replay set."""
+
+    reading: dict[str, SeenSnapshot]
+    replay: _BatchReplay
+
+    def accept(self, item: Unsealed, now: int) -> _Received | None:
+        """One envelope opened, or None (refused: logged)."""
+        sender = item.envelope.sender
+        basis = self.reading.get(sender)
+        try:
+            opened = accept(item, now_ms=now, replay=self.replay, seen=self.reading)
+        except EnvelopeRefused as refusal:
+            _dropped(item.envelope.id, sender, refusal)
+            return None
+        self.replay.ids.add(opened.envelope.id)
+        if isinstance(opened.payload, InboxUpdate):
+            seen = opened.read.seen if opened.read else None
+            if seen is None:
+                self.reading.pop(sender, None)
+            else:
+                self.reading[sender] = seen
+        return _Received(opened, basis)
+
+    def accept_stretch(self, stretch: list[_Hinted], now: int) -> list[_Received]:
+        """The newest snapshot of a stretch that opens, standing for the others, when they
+        are all older snapshots; or else each that opens, in order."""
+        refused: set[int] = set()
+        for at in sorted(range(len(stretch)), key=lambda at: (-stretch[at][0], at)):
+            newest = self.accept(stretch[at][1], now)
+            if newest is None:
+                refused.add(at)
+                continue
+            others = [(index, item) for index, (_, item) in enumerate(stretch)
+                      if index != at and index not in refused]
+            if _all_older(newest, at, others):
+                return [dataclasses.replace(newest, supersedes=tuple(i for _, i in others))]
+            log.info("snapshots from %s not told apart: opening %d one by one",
+                     newest.opened.sender.id[:8], len(others) + 1)
+            self._forget(newest)
+            return [delivery for index, (_, item) in enumerate(stretch)
+                    if index not in refused and (delivery := self.accept(item, now))]
+        return []
+
+    def _forget(self, delivery: _Received) -> None:
+        """Undo :meth:`accept` of an envelope, to accept it again in its turn."""
+        sender = delivery.opened.sender.id
+        self.replay.ids.discard(delivery.opened.envelope.id)
+        if delivery.basis is None:
+            self.reading.pop(sender, None)
+        else:
+            self.reading[sender] = delivery.basis
+
+
+def _all_older(newest: _Received, at: int, others: list[tuple[int, Unsealed]]) -> bool:
+    """Whether each of ``others`` (by its place in the stretch) holds a snapshot older than
+    ``newest``'s, at ``at``, or as old and after it; checked against its layout."""
+    update, read = newest.opened.payload, newest.opened.read
+    if not isinstance(update, InboxUpdate):
+        return False
+    layout = read.layout if read else None
+    for index, item in others:
+        rev = None if item.plaintext is None else snapshot_rev(item.plaintext, layout)
+        if rev is None or rev > update.rev or (rev == update.rev and index < at):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1059,10 +1138,10 @@ def item_body(item: Approval | Clarification) -> str:
     return json.dumps(item_to_wire(item), ensure_ascii=False)
 
 
-def _dropped(raw: dict[str, object], refusal: EnvelopeRefused) -> None:
+def _dropped(envelope_id: object, sender: object, refusal: EnvelopeRefused) -> None:
     level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
-    log.log(level, "dropped envelope %s from %s: %s", _short(raw.get("id")),
-            _short(raw.get("from")), refusal)
+    log.log(level, "dropped envelope %s from %s: %s", _short(envelope_id), _short(sender),
+            refusal)
 
 
 def new_token() -> str:

@@ -19,6 +19,15 @@ from bot.protocol.payloads import raw_payload
 from bot.store import Store
 
 
+def _said(bridge: Bridge, batch: list[dict[str, Any]], caplog: pytest.LogCaptureFixture,
+          level: int = logging.INFO) -> list[str]:
+    """What the bridge logged handling ``batch``."""
+    caplog.clear()
+    with caplog.at_level(level, logger="bot.bridge"):
+        bridge.handle_envelopes(batch)
+    return [record.getMessage() for record in caplog.records]
+
+
 def _sealed(bridge: Bridge, agent: Identity, plaintext: bytes) -> dict[str, Any]:
     return seal(plaintext, sender=agent, recipient=bridge.identity.card,
                 ts_ms=int(time.time() * 1000)).to_json()
@@ -40,24 +49,23 @@ def test_a_growing_inbox_queued_up_costs_one_durable_commit(
     assert store.items.open_ids(agent.id) == {f"g{i}" for i in range(30)} - {"g4"}
 
 
-def test_a_copy_in_the_same_batch_is_a_replay(
+def test_a_copy_in_the_same_batch_is_applied_once(
     bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
 ) -> None:
     bridge, agent, store = bridge_and_agent
     envelope = _sealed(bridge, agent, _payload(1, [_approval("c1")]))
-    with caplog.at_level(logging.INFO, logger="bot.bridge"):
-        bridge.handle_envelopes([envelope, dict(envelope)])
+    said = _said(bridge, [envelope, dict(envelope)], caplog)
     assert store.items.open_ids(agent.id) == {"c1"}
-    dropped = (f"dropped envelope {str(envelope['id'])[:12]} from {agent.id[:12]}: replay: "
-               f"envelope {envelope['id']} already accepted")
-    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [dropped]
-    # Delivered again in a later batch, beside a new one: the replay set drops it.
-    caplog.clear()
+    assert said == [
+        f"applied InboxUpdate from agent {agent.id[:8]}, the newest of 2 of its snapshots in "
+        "the same delivery"]
+    # Delivered again beside a newer one, it is superseded; alone, the replay set drops it.
     later = _sealed(bridge, agent, _payload(2, [_approval("c1"), _approval("c2")]))
-    with caplog.at_level(logging.INFO, logger="bot.bridge"):
-        bridge.handle_envelopes([dict(envelope), later])
+    bridge.handle_envelopes([dict(envelope), later])
     assert store.items.open_ids(agent.id) == {"c1", "c2"}
-    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [dropped]
+    assert _said(bridge, [dict(envelope)], caplog) == [
+        f"dropped envelope {str(envelope['id'])[:12]} from {agent.id[:12]}: replay: "
+        f"envelope {envelope['id']} already accepted"]
 
 
 def test_snapshots_queued_up_are_applied_as_the_last(
@@ -71,21 +79,89 @@ def test_snapshots_queued_up_are_applied_as_the_last(
     batch = [_sealed(bridge, agent, _payload(1, [a, x])),
              _sealed(bridge, agent, _payload(2, [a, x, b])),
              _sealed(bridge, agent, _payload(3, [a, b, c]))]
-    with caplog.at_level(logging.INFO, logger="bot.bridge"):
-        bridge.handle_envelopes(batch)
+    said = _said(bridge, batch, caplog)
     assert store.items.open_ids(agent.id) == {"a1", "b1", "c1"}
     assert store.items.get(agent.id, "x1") is None
     assert [card.item_id for card in store.view().cards.dirty(5)] == ["a1", "b1", "c1"]
     assert store.agents.last_rev(agent.id) == 3
+    # Only the newest was checked and accepted: the replay set holds it alone.
     ids = {str(envelope["id"]) for envelope in batch}
-    assert store.outbox.seen_among(ids) == ids
-    assert [r.getMessage() for r in caplog.records] == [
-        f"applied InboxUpdate from agent {agent.id[:8]}, with the 2 before it in the same "
-        "delivery"
+    assert store.outbox.seen_among(ids) == {str(batch[2]["id"])}
+    assert said == [
+        f"applied InboxUpdate from agent {agent.id[:8]}, the newest of 3 of its snapshots in "
+        "the same delivery"
     ]
     # The next snapshot is read against the last: a1 resolved elsewhere.
     bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [b, c]))])
     assert store.items.open_ids(agent.id) == {"b1", "c1"}
+    # One of the older ones delivered again is opened, and ignored as not newer.
+    bridge.handle_envelopes([batch[1]])
+    assert store.items.open_ids(agent.id) == {"b1", "c1"}
+    assert store.agents.last_rev(agent.id) == 4
+
+
+def _forged(bridge: Bridge, agent: Identity, plaintext: bytes) -> dict[str, Any]:
+    """An envelope that claims to come from ``agent`` (a relay could write one): signed by
+    another key."""
+    envelope = _sealed(bridge, agent, plaintext)
+    other = _sealed(bridge, Identity.generate("other"), plaintext)
+    return {**envelope, "sig": other["sig"]}
+
+
+def test_a_superseded_snapshot_is_not_checked(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whatever an older snapshot says, the newer one leaves nothing of it: its signature is
+    not verified, and one that would not verify is left as silently as a genuine one."""
+    bridge, agent, store = bridge_and_agent
+    batch = [_forged(bridge, agent, _payload(1, [_approval("x1")])),
+             _sealed(bridge, agent, _payload(2, [_approval("a1")]))]
+    said = _said(bridge, batch, caplog)
+    assert store.items.open_ids(agent.id) == {"a1"}
+    assert store.items.get(agent.id, "x1") is None
+    assert not [line for line in said if "dropped" in line]
+
+
+def test_a_forged_newest_snapshot_gives_way_to_the_one_before_it(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    batch = [_sealed(bridge, agent, _payload(1, [_approval("a1")])),
+             _forged(bridge, agent, _payload(9, [_approval("x1")]))]
+    said = _said(bridge, batch, caplog)
+    assert store.items.open_ids(agent.id) == {"a1"}
+    assert store.agents.last_rev(agent.id) == 1
+    assert said == [
+        f"dropped envelope {str(batch[1]['id'])[:12]} from {agent.id[:12]}: bad_signature: "
+        f"signature does not verify for {agent.id}",
+        f"applied InboxUpdate from agent {agent.id[:8]}",
+    ]
+
+
+def test_snapshots_out_of_order_leave_the_newest(
+    bridge_and_agent: tuple[Bridge, Identity, Store],
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    batch = [_sealed(bridge, agent, _payload(2, [_approval("a1")])),
+             _sealed(bridge, agent, _payload(1, [_approval("x1")]))]
+    bridge.handle_envelopes(batch)
+    assert store.items.open_ids(agent.id) == {"a1"}
+    assert store.items.get(agent.id, "x1") is None
+    assert store.agents.last_rev(agent.id) == 2
+
+
+def test_snapshots_whose_revisions_mislead_are_opened_in_turn(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first snapshot's last "rev" is not its own: it looks older than the second, and
+    is newer. Each is opened in turn, and the second is ignored as not newer."""
+    bridge, agent, store = bridge_and_agent
+    batch = [_sealed(bridge, agent, _payload(10, [_approval("a1")], extra={"rev": 1})),
+             _sealed(bridge, agent, _payload(5, [_approval("x1")]))]
+    said = _said(bridge, batch, caplog)
+    assert store.items.open_ids(agent.id) == {"a1"}
+    assert store.agents.last_rev(agent.id) == 10
+    assert f"snapshots from {agent.id[:8]} not told apart: opening 2 one by one" in said
 
 
 def _refusing(store: Store, item_id: str) -> None:
@@ -95,7 +171,7 @@ def _refusing(store: Store, item_id: str) -> None:
                    f" WHEN NEW.item_id = '{item_id}' BEGIN SELECT RAISE(ABORT, 'no'); END")
 
 
-def test_snapshots_that_fail_as_one_are_applied_one_by_one(
+def test_a_snapshot_that_fails_to_apply_gives_way_to_those_it_superseded(
     bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
 ) -> None:
     bridge, agent, store = bridge_and_agent
@@ -105,19 +181,19 @@ def test_snapshots_that_fail_as_one_are_applied_one_by_one(
              _sealed(bridge, agent, _payload(2, [a, b])),
              _sealed(bridge, agent, _payload(3, [a, b, bad]))]
     commits = store.db.durable_commits
-    with caplog.at_level(logging.WARNING, logger="bot.bridge"):
-        bridge.handle_envelopes(batch)
+    said = _said(bridge, batch, caplog)
     assert store.db.durable_commits == commits + 1
     assert store.items.open_ids(agent.id) == {"a1", "b1"}
     assert store.agents.last_rev(agent.id) == 2
-    said = [r.getMessage() for r in caplog.records]
-    assert said[0] == (f"applying 3 snapshots from {agent.id[:8]} as one failed with "
-                       "StoreError: applying them one by one")
-    assert said[1].startswith(f"refused envelope {str(batch[2]['id'])[:12]} from "
+    assert said[0].startswith(f"refused envelope {str(batch[2]['id'])[:12]} from "
                               f"{agent.id[:8]}: applying its InboxUpdate failed with")
-    assert len(said) == 2
-    ids = {str(envelope["id"]) for envelope in batch}
-    assert store.outbox.seen_among(ids) == ids
+    assert said[1:] == [
+        f"opening the 2 snapshots of {agent.id[:8]} it superseded instead",
+        f"applied InboxUpdate from agent {agent.id[:8]}, the newest of 2 of its snapshots in "
+        "the same delivery",
+    ]
+    ids = [str(envelope["id"]) for envelope in batch]
+    assert store.outbox.seen_among(set(ids)) == {ids[1], ids[2]}
     # The next snapshot is read against the last applied, the second.
     bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [b]))])
     assert store.items.open_ids(agent.id) == {"b1"}

@@ -3,6 +3,7 @@ and what is accepted, refused or applied is exactly what a full parse gives."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -27,10 +28,15 @@ from bot.protocol.payloads import (
 from bot.protocol.snapshot import (
     MAX_SPANS,
     WALKED_BYTES,
+    Layout,
     Read,
     SeenSnapshot,
-    fold,
+    _NotFollowed,
+    _shared_items,
+    _walked_rev,
     read_payload,
+    rev_hint,
+    snapshot_rev,
 )
 from bot.store import Store
 
@@ -241,42 +247,99 @@ def test_any_sequence_of_snapshots_reads_as_parsed_in_full(
         seen, previous_ids = read.seen, _ids(update)
 
 
-@settings(max_examples=60, deadline=None)
+def _members(pairs: list[tuple[str, Any]]) -> str:
+    """A JSON object of ``pairs`` in their order, duplicates and all."""
+    return "{" + ", ".join(
+        f"{json.dumps(key)}: {value if isinstance(value, _Raw) else json.dumps(value)}"
+        for key, value in pairs) + "}"
+
+
+class _Raw(str):
+    """JSON text to write as it is."""
+
+
+_TOP_EXTRAS = {
+    "none": [],
+    "another kind after": [("kind", "notification")],
+    "a later body": [("body", {"rev": 99, "approvals": []})],
+    "another version after": [("v", 2)],
+    "an object with a rev after the body": [("zzz", {"rev": 7})],
+}
+_BODY_EXTRAS = {
+    "none": [],
+    "a later rev": [("rev", 42)],
+    "an object with a rev last": [("zzz", {"rev": 9})],
+    "a rev that is not a number": [("rev", "7")],
+}
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     steps=st.lists(st.tuples(st.lists(st.integers(0, 14), max_size=15, unique=True),
                              st.lists(st.integers(0, 4), max_size=5, unique=True),
-                             st.integers(0, 3)),
-                   min_size=2, max_size=6),
+                             st.sampled_from(sorted(_TOP_EXTRAS)),
+                             st.sampled_from(sorted(_BODY_EXTRAS)),
+                             st.booleans()),
+                   min_size=2, max_size=5),
 )
-def test_snapshots_folded_read_as_the_last_against_the_first(
-    steps: list[tuple[list[int], list[int], int]],
+def test_a_snapshot_rev_is_the_rev_a_full_parse_reads(
+    steps: list[tuple[list[int], list[int], str, str, bool]],
 ) -> None:
-    """Snapshots that queued up, each read against the one before and folded into one:
-    the last snapshot, all of it, each item parsed or held unchanged since the snapshot
-    before them, and the text of each parsed item at hand."""
-    plaintexts = [
-        _payload(rev, [_approval(f"a{i}", summary=f"v{version}" if i % 3 == 0 else "same")
-                       for i in approval_picks],
-                 [_question(f"q{i}") for i in question_picks])
-        for rev, (approval_picks, question_picks, version) in enumerate(steps, 1)
-    ]
-    before, base = _read(plaintexts[0], None)
-    folded: Read | None = None
-    seen = base.seen
-    for plaintext in plaintexts[1:]:
-        _, read = _read(plaintext, seen)
-        seen = read.seen
-        folded = read if folded is None else fold(folded, read)
-    assert folded is not None and folded.seen is seen
-    update, last = folded.payload, parse_payload(plaintexts[-1])
-    assert isinstance(update, InboxUpdate) and isinstance(last, InboxUpdate)
-    assert _ids(update) == _ids(last)
-    assert set(update.unchanged) <= _ids(before)
-    parsed = (*update.approvals, *update.clarifications)
-    in_full = {item.id: item for item in (*last.approvals, *last.clarifications)}
-    assert all(in_full[item.id] == item for item in parsed)
-    assert set(folded.texts) == {item.id for item in parsed}
-    assert (update.rev, update.resolved, update.grants) == (last.rev, last.resolved, last.grants)
+    """Snapshots that share items and differ in what follows them (keys repeated, members
+    that hold a rev of their own, another kind or version), told against the layout of each
+    other one: the revision is the full parse's, and None for any other payload (what a
+    full parse refuses is dropped however it is told)."""
+    plaintexts = []
+    for rev, (approval_picks, question_picks, top, extra, kind_first) in enumerate(steps, 1):
+        body = [("rev", rev), ("approvals", [_approval(f"a{i}") for i in approval_picks]),
+                ("clarifications", [_question(f"q{i}") for i in question_picks]),
+                *_BODY_EXTRAS[extra], ("padding", "x" * WALKED_BYTES)]
+        head = [("kind", "inbox_update"), ("v", 1)]
+        members = [("body", _Raw(_members(body)))]
+        members = head + members if kind_first else members + head
+        plaintexts.append(_members(members + _TOP_EXTRAS[top]).encode())
+    layouts: list[Layout | None] = [None]
+    for plaintext in plaintexts:
+        with contextlib.suppress(PayloadError):
+            if (layout := read_payload(plaintext, None).layout) is not None:
+                layouts.append(layout)
+    for plaintext in plaintexts:
+        try:
+            parsed = parse_payload(plaintext)
+        except PayloadError:
+            continue  # refused whatever the probe says: a snapshot superseded or not
+        expected = parsed.rev if isinstance(parsed, InboxUpdate) else None
+        assert all(snapshot_rev(plaintext, layout) == expected for layout in layouts)
+        for like in layouts[1:]:  # the walk alone, where it tells at all
+            assert like is not None
+            with contextlib.suppress(_NotFollowed):
+                assert _walked_rev(plaintext.decode(), like) == expected
+
+
+def test_a_snapshot_rev_is_none_for_anything_else() -> None:
+    assert snapshot_rev(raw_payload("notification", {"item_id": "inbox_update"})) is None
+    assert snapshot_rev(b'{"kind": "inbox_update", "v": 1, "body": {"rev": -1}}') is None
+    assert snapshot_rev(b'{"kind": "inbox_update", "v": true, "body": {"rev": 1}}') is None
+    assert snapshot_rev(b'{"kind": "inbox_update", "v": 1, "body": {"rev": 1}} x') is None
+    assert snapshot_rev(b'{"kind": "inbox_update", "v": 1, "body": {"rev": 2e0}}') is None
+    assert snapshot_rev(b'{"kind": "inbox_update", "v": 1, "body": {"rev": 3}}') == 3
+
+
+def test_a_growing_snapshot_is_told_from_its_last_items_only() -> None:
+    """Told against the layout of a later snapshot whose items it starts with (its rev in
+    front, of other digits), a snapshot passes over every one of them unread."""
+    items = [_approval(f"g{i}") for i in range(40)]
+    later = read_payload(_payload(41, items), None)
+    assert later.layout is not None
+    earlier = _payload(38, items[:37])
+    text = earlier.decode()
+    first, ends = later.layout.lists["approvals"]
+    at = text.index('"approvals": [') + len('"approvals": [')
+    assert _shared_items(text, at, later.layout.text, first, ends) == 37
+    changed = text.replace('"g0"', '"G0"', 1)
+    assert _shared_items(changed, at, later.layout.text, first, ends) == 0
+    assert snapshot_rev(earlier, later.layout) == 38
+    assert rev_hint(earlier) == 38 and rev_hint(raw_payload("activity", {"rev": 1})) is None
 
 
 # -- the bridge: what it holds is what full parses would give ----------------------------

@@ -277,6 +277,48 @@ def _push_field(obj: dict[str, object]) -> str | None:
     return push
 
 
+@dataclass(frozen=True)
+class Unsealed:
+    """An envelope from a peer, addressed to this party and decrypted, but not yet checked
+    any further (:func:`accept` does): nothing in it may be trusted, not even that the
+    peer sent it. Its plaintext is never logged."""
+
+    envelope: Envelope
+    info: bytes
+    peer: PublicCard
+    plaintext: bytes | None = field(repr=False)
+    """None: the ciphertext does not open."""
+
+
+def unseal(raw: object, *, me: Identity, peers: Mapping[str, PublicCard]) -> Unsealed:
+    """Check rules 1 and 2 of §2 on an envelope from a peer, and decrypt it (rule 4 is
+    :func:`accept`'s to judge, after the signature)."""
+    envelope, info = _addressed(raw, me)
+    return _unsealed(envelope, info, peers.get(envelope.sender), me)
+
+
+def _unsealed(envelope: Envelope, info: bytes, peer: PublicCard | None, me: Identity) -> Unsealed:
+    if peer is None:
+        raise EnvelopeRefused(RefusalReason.UNKNOWN_SENDER, f"{envelope.sender} is not a peer")
+    return Unsealed(envelope, info, peer, _decrypt(envelope, info, me))
+
+
+def accept(
+    unsealed: Unsealed,
+    *,
+    now_ms: int,
+    replay: ReplayGuard,
+    seen: Mapping[str, SeenSnapshot] | None = None,
+) -> Opened:
+    """Apply the rest of §2's rules to an unsealed envelope, in order, and return what was
+    opened (see :func:`open_envelope`)."""
+    envelope = unsealed.envelope
+    _check_signature(envelope, unsealed.info, unsealed.peer.sign_pub)
+    plaintext = _opened(envelope, unsealed.plaintext)
+    return _checked(envelope, _read(envelope, plaintext, seen), unsealed.peer, plaintext,
+                    now_ms, replay, seen)
+
+
 def open_envelope(
     raw: object,
     *,
@@ -298,20 +340,35 @@ def open_envelope(
     (:attr:`RefusalReason.STALE`): the replay set forgets ids after 30 days, so an older
     envelope could otherwise be accepted a second time.
     """
+    envelope, info = _addressed(raw, me)
+    peer = peers.get(envelope.sender)
+    if peer is not None or not accept_pair_requests:
+        return accept(_unsealed(envelope, info, peer, me), now_ms=now_ms, replay=replay,
+                      seen=seen)
+    plaintext = _opened(envelope, _decrypt(envelope, info, me))
+    read = _read(envelope, plaintext, seen)
+    sender = _pairing_sender(envelope, info, read.payload)
+    return _checked(envelope, read, sender, plaintext, now_ms, replay, seen)
+
+
+def _addressed(raw: object, me: Identity) -> tuple[Envelope, bytes]:
+    """Rule 1, and the recipient of rule 2: the envelope and its ``info``."""
     envelope = parse_envelope(raw)
     if envelope.recipient != me.id:
         raise EnvelopeRefused(RefusalReason.NOT_FOR_ME, f"addressed to {envelope.recipient}")
-    info = build_info(envelope.id, envelope.sender, envelope.recipient, envelope.ts)
-    peer = peers.get(envelope.sender)
-    if peer is None and not accept_pair_requests:
-        raise EnvelopeRefused(RefusalReason.UNKNOWN_SENDER, f"{envelope.sender} is not a peer")
-    if peer is not None:
-        _check_signature(envelope, info, peer.sign_pub)
-        plaintext, read = _decrypt_payload(envelope, info, me, seen)
-        sender = peer
-    else:
-        plaintext, read = _decrypt_payload(envelope, info, me, seen)
-        sender = _pairing_sender(envelope, info, read.payload)
+    return envelope, build_info(envelope.id, envelope.sender, envelope.recipient, envelope.ts)
+
+
+def _checked(
+    envelope: Envelope,
+    read: Read,
+    sender: PublicCard,
+    plaintext: bytes,
+    now_ms: int,
+    replay: ReplayGuard,
+    seen: Mapping[str, SeenSnapshot] | None,
+) -> Opened:
+    """Rule 6 on an envelope whose payload was read."""
     if replay.seen(envelope.id):
         raise EnvelopeRefused(RefusalReason.REPLAY, f"envelope {envelope.id} already accepted")
     if envelope.ts > now_ms + MAX_FUTURE_SKEW_MS:
@@ -331,19 +388,28 @@ def _check_signature(envelope: Envelope, info: bytes, sign_pub: bytes) -> None:
         )
 
 
-def _decrypt_payload(
-    envelope: Envelope, info: bytes, me: Identity, seen: Mapping[str, SeenSnapshot] | None
-) -> tuple[bytes, Read]:
+def _decrypt(envelope: Envelope, info: bytes, me: Identity) -> bytes | None:
     try:
-        plaintext = _SUITE.decrypt(envelope.ct, me.kx_key, info=info)
-    except (InvalidTag, ValueError) as exc:
+        return _SUITE.decrypt(envelope.ct, me.kx_key, info=info)
+    except (InvalidTag, ValueError):
+        return None
+
+
+def _opened(envelope: Envelope, plaintext: bytes | None) -> bytes:
+    if plaintext is None:
         raise EnvelopeRefused(
             RefusalReason.DECRYPT_FAILED, f"ciphertext of {envelope.id} does not open"
-        ) from exc
+        )
+    return plaintext
+
+
+def _read(
+    envelope: Envelope, plaintext: bytes, seen: Mapping[str, SeenSnapshot] | None
+) -> Read:
     try:
         if seen is None:
-            return plaintext, Read(parse_payload(plaintext))
-        return plaintext, read_payload(plaintext, seen.get(envelope.sender))
+            return Read(parse_payload(plaintext))
+        return read_payload(plaintext, seen.get(envelope.sender))
     except PayloadError as exc:
         # PayloadError messages describe shape and limits, never the plaintext itself.
         raise EnvelopeRefused(RefusalReason.BAD_PAYLOAD, str(exc)) from exc

@@ -13,28 +13,30 @@ What is accepted, and how a refusal reads, stays :func:`parse_payload`'s: a payl
 walk does not follow (another kind, a shape it does not expect, anything refused) is parsed
 in full by it instead.
 
-Snapshots that queued up behind each other need not each be applied: :func:`fold` makes
-one of two, the later complete against what the earlier was read against.
+Snapshots that queued up behind each other need not each be read: :func:`snapshot_rev`
+tells the revision of one without reading its items, so that one a later snapshot
+supersedes can be left unread.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from array import array
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from itertools import filterfalse
+from dataclasses import dataclass, field
 from json import decoder as json_decoder
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from bot.errors import PayloadError
 from bot.protocol.encoding import JSON, decode_at, is_int
 from bot.protocol.payloads import (
+    MAX_INT,
     MAX_PAYLOAD_BYTES,
     PAYLOAD_VERSION,
     Approval,
     Clarification,
-    InboxUpdate,
     Payload,
     check_item_count,
     inbox_update_around,
@@ -55,6 +57,8 @@ _Item = TypeVar("_Item", Approval, Clarification)
 _scan_string: Callable[[str, int], tuple[str, int]] = json_decoder.scanstring  # type: ignore[attr-defined]  # the json module's own, untyped
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _BLANK = frozenset(" \t\n\r")
+_LISTS = frozenset({"approvals", "clarifications"})
+_REV = re.compile(rb'"rev"[ \t\n\r]*:[ \t\n\r]*([0-9]{1,19})')
 
 
 def _numbers() -> array[int]:
@@ -64,15 +68,16 @@ def _numbers() -> array[int]:
 @dataclass(frozen=True)
 class SeenList:
     """One list of a snapshot's items (its approvals or its clarifications), in order: each
-    item's id, and the length and hash of its JSON text; and the text from the first item's
-    start to the last one's end as consecutive spans (the length and hash of each), so that
-    a list the next snapshot starts with unchanged costs a comparison for each span. Never
-    changed once made."""
+    item's id, the length and hash of its JSON text, and where it ends from the first item's
+    start; and the text from the first item's start to the last one's end as consecutive
+    spans (the length and hash of each), so that a list the next snapshot starts with
+    unchanged costs a comparison for each span. Never changed once made."""
 
     ids: tuple[str, ...] = ()
     lengths: array[int] = field(default_factory=_numbers)
     digests: array[int] = field(default_factory=_numbers)
     spans: tuple[tuple[int, int], ...] = ()
+    ends: array[int] = field(default_factory=_numbers)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,15 @@ class SeenSnapshot:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Where the item lists of a snapshot that was walked lie in its text: for each list
+    that holds items, where its first item starts and where each item ends from there."""
+
+    text: str = field(repr=False)
+    lists: Mapping[str, tuple[int, array[int]]]
+
+
+@dataclass(frozen=True)
 class Read:
     """A payload read with :func:`read_payload`."""
 
@@ -101,6 +115,8 @@ class Read:
     full (not an ``inbox_update``, or one the walk did not follow)."""
     texts: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The JSON text of each item parsed anew, by id (to store it without encoding it)."""
+    layout: Layout | None = field(default=None, repr=False)
+    """Where its items lie, when it was walked (for :func:`snapshot_rev`)."""
 
 
 class _NotFollowed(Exception):
@@ -121,12 +137,15 @@ class _New(Generic[_Item]):
 class _Walked(Generic[_Item]):
     """One item list as walked against the previous one (``before``): whether it starts
     with all of it unchanged (``same``), then each later item, new or the same as the
-    item of ``before`` at an index; and the spans of its text."""
+    item of ``before`` at an index, and where each of those ends from ``first``, where
+    the list's first item starts; and the spans of its text."""
 
     before: SeenList
     same: bool
     rest: list[int | _New[_Item]]
     spans: tuple[tuple[int, int], ...]
+    first: int = 0
+    ends: array[int] = field(default_factory=_numbers)
 
     def count(self) -> int:
         return (len(self.before.ids) if self.same else 0) + len(self.rest)
@@ -188,33 +207,80 @@ def _read_inbox_update(plaintext: bytes, previous: SeenSnapshot) -> Read:
     )
     texts = {item.id: text for item, text in new_approvals}
     texts.update((item.id, text) for item, text in new_clarifications)
-    return Read(update, SeenSnapshot(seen_approvals, seen_clarifications), texts)
+    layout = Layout(text, {name: (walked.first, seen.ends) for name, walked, seen
+                           in (("approvals", approvals, seen_approvals),
+                               ("clarifications", clarifications, seen_clarifications))
+                           if seen.ids})
+    return Read(update, SeenSnapshot(seen_approvals, seen_clarifications), texts, layout)
 
 
-def fold(earlier: Read, later: Read) -> Read:
-    """Two ``inbox_update`` snapshots of one sender, the later read against the earlier,
-    as one: the later, read against what the earlier was read against. The earlier's new
-    items that the later lists as unchanged are new in it, in the earlier's order and
-    before its own; the earlier's other new items left the inbox before anyone saw them.
+def rev_hint(plaintext: bytes) -> int | None:
+    """What looks like the ``rev`` of an ``inbox_update`` payload, found from its end (where
+    canonical JSON writes it), or None. A guess for ordering, never to be relied on:
+    :func:`snapshot_rev` tells."""
+    if plaintext.rfind(b'"inbox_update"') < 0:
+        return None
+    at = plaintext.rfind(b'"rev"')
+    found = _REV.match(plaintext, at) if at >= 0 else None
+    return int(found[1]) if found else None
+
+
+def snapshot_rev(plaintext: bytes, like: Layout | None = None) -> int | None:
+    """The ``rev`` of a payload that reads as an ``inbox_update``, its kind, version and
+    rev as :func:`parse_payload` reads them (a duplicate key: the last counts); None for
+    any other payload, or one refused on those three. The rest of the payload is only
+    checked to be JSON, not decoded, and whatever it holds besides may still be refused:
+    this only tells a snapshot that a later one supersedes.
+
+    ``like``, the layout of a snapshot whose items this one may start its lists with,
+    saves most of even that: the payload's outer levels are walked, and where a list
+    starts with the same text as that one's, item for item, that text is passed over
+    unread. Items that are complete JSON values there are so here, so for a payload that
+    can be parsed at all the answer is the same; for one that cannot, it does not matter.
     """
-    first, then = earlier.payload, later.payload
-    if not isinstance(first, InboxUpdate) or not isinstance(then, InboxUpdate):
-        raise TypeError("only inbox_update snapshots fold")
-    # The earlier's new items are few, its unchanged ones many: look only for the few.
-    carried = {a.id for a in first.approvals}.union(
-        c.id for c in first.clarifications).intersection(then.unchanged)
-    if not carried:
-        return later
-    update = replace(
-        then,
-        approvals=tuple(a for a in first.approvals if a.id in carried) + then.approvals,
-        clarifications=tuple(c for c in first.clarifications if c.id in carried)
-        + then.clarifications,
-        unchanged=tuple(filterfalse(carried.__contains__, then.unchanged)),
-    )
-    texts = {i: text for i, text in earlier.texts.items() if i in carried}
-    texts.update(later.texts)
-    return Read(update, later.seen, texts)
+    if len(plaintext) > MAX_PAYLOAD_BYTES or plaintext.rfind(b'"inbox_update"') < 0:
+        return None
+    if like is not None:
+        try:
+            return _walked_rev(plaintext.decode("utf-8"), like)
+        except (_NotFollowed, PayloadError, UnicodeDecodeError):
+            pass  # a duplicate key, say: told by the decoder below
+    import msgspec  # loaded with the first snapshot to probe, as for large texts
+
+    try:
+        probe = _probe_decoder().decode(plaintext)
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return _rev_of(probe.kind, probe.v, None if probe.body is None else probe.body.rev)
+
+
+def _walked_rev(text: str, like: Layout) -> int | None:
+    walk = _SharedItems(text, like)
+    payload, end = walk.object(_skip(text, 0), 1, walk.top_member)
+    if _skip(text, end) != len(text):
+        raise _NotFollowed
+    body = payload.get("body")
+    return _rev_of(payload.get("kind"), payload.get("v"),
+                   body.get("rev") if isinstance(body, dict) else None)
+
+
+def _rev_of(kind: object, version: object, rev: object) -> int | None:
+    if kind != "inbox_update" or not is_int(version) or version != PAYLOAD_VERSION \
+            or not is_int(rev) or not 0 <= rev <= MAX_INT:
+        return None
+    return rev
+
+
+@functools.cache
+def _probe_decoder() -> Any:
+    """A decoder of a payload's ``kind``, ``v`` and ``body.rev`` alone; every other member
+    is skipped (a struct takes the last of duplicate keys, as a full parse does)."""
+    import msgspec.json
+
+    body = msgspec.defstruct("Body", [("rev", object, None)])
+    probe = msgspec.defstruct(
+        "Probe", [("kind", object, None), ("v", object, None), ("body", body | None, None)])
+    return msgspec.json.Decoder(probe)
 
 
 def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:
@@ -222,10 +288,11 @@ def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:
     before = walked.before
     new: list[tuple[_Item, str]] = []
     if walked.same:
-        ids, lengths, digests = list(before.ids), array("q", before.lengths), \
-            array("q", before.digests)
+        ids, lengths, digests, ends = list(before.ids), array("q", before.lengths), \
+            array("q", before.digests), array("q", before.ends)
     else:
-        ids, lengths, digests = [], array("q"), array("q")
+        ids, lengths, digests, ends = [], array("q"), array("q"), array("q")
+    ends.extend(walked.ends)
     for entry in walked.rest:
         if isinstance(entry, int):
             ids.append(before.ids[entry])
@@ -237,7 +304,7 @@ def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:
         ids.append(item.id)
         lengths.append(len(entry.text))
         digests.append(entry.digest)
-    return new, SeenList(tuple(ids), lengths, digests, walked.spans)
+    return new, SeenList(tuple(ids), lengths, digests, walked.spans, ends)
 
 
 class _Walk:
@@ -281,21 +348,22 @@ class _Walk:
         if key != "body" or not self.text.startswith("{", pos):
             return self.value(key, pos, depth)
         self.body_found = True
+        return self.object(pos, depth + 1, self.body_member)
 
-        def body_member(name: str, at: int, depth: int) -> tuple[JSON, int]:
-            if not self.text.startswith("[", at):
-                return self.value(name, at, depth)
-            if name == "approvals":
-                self.approvals, end = self.items(
-                    at, depth + 1, self.previous.approvals, parse_approval)
-                return [], end
-            if name == "clarifications":
-                self.clarifications, end = self.items(
-                    at, depth + 1, self.previous.clarifications, parse_clarification)
-                return [], end
-            return self.value(name, at, depth)
+    def body_member(self, name: str, pos: int, depth: int) -> tuple[JSON, int]:
+        if name not in _LISTS or not self.text.startswith("[", pos):
+            return self.value(name, pos, depth)
+        return self.item_list(name, pos, depth + 1)
 
-        return self.object(pos, depth + 1, body_member)
+    def item_list(self, name: str, pos: int, depth: int) -> tuple[JSON, int]:
+        """The list ``name`` of the body, walked; an empty list in its place."""
+        if name == "approvals":
+            self.approvals, end = self.items(pos, depth, self.previous.approvals,
+                                             parse_approval)
+        else:
+            self.clarifications, end = self.items(pos, depth, self.previous.clarifications,
+                                                  parse_clarification)
+        return [], end
 
     def value(self, key: str, pos: int, depth: int) -> tuple[JSON, int]:
         return decode_at(self.text, pos, max_depth=MAX_DEPTH - depth)
@@ -310,6 +378,7 @@ class _Walk:
         first = pos = _skip(text, pos + 1)
         last = first
         rest: list[int | _New[_Item]] = []
+        ends = array("q")
         if text.startswith("]", pos):
             return _Walked(before, False, rest, ()), pos + 1
         count = len(before.ids)
@@ -320,7 +389,7 @@ class _Walk:
             if not text.startswith(",", pos):
                 pos = _skip(text, pos)
             if text.startswith("]", pos):
-                return _Walked(before, True, rest, before.spans), pos + 1
+                return _Walked(before, True, rest, before.spans, first), pos + 1
             if not text.startswith(",", pos):
                 raise _NotFollowed
             pos = _skip(text, pos + 1)
@@ -346,19 +415,69 @@ class _Walk:
             if isinstance(entry, int):
                 expected = entry + 1
             rest.append(entry)
+            ends.append(end - first)
             last = end
             after = text[end:end + 1]
             if after in _BLANK:
                 end = _skip(text, end)
                 after = text[end:end + 1]
             if after == "]":
-                return _Walked(before, same, rest, _spans(text, first, last, before, same)), \
-                    end + 1
+                spans = _spans(text, first, last, before, same)
+                return _Walked(before, same, rest, spans, first, ends), end + 1
             if after != ",":
                 raise _NotFollowed
             pos = end + 1
             if text[pos:pos + 1] in _BLANK:
                 pos = _skip(text, pos)
+
+
+class _SharedItems(_Walk):
+    """The walk of a payload's outer levels that passes over the items each list shares
+    with the snapshot of a layout, text for text from its start, and checks the others to
+    be JSON."""
+
+    def __init__(self, text: str, like: Layout) -> None:
+        super().__init__(text, SeenSnapshot())
+        self.like = like
+
+    def item_list(self, name: str, pos: int, depth: int) -> tuple[JSON, int]:
+        text = self.text
+        pos = _skip(text, pos + 1)
+        if (shared := self.like.lists.get(name)) is not None \
+                and (count := _shared_items(text, pos, self.like.text, *shared)):
+            pos = _skip(text, pos + shared[1][count - 1])
+            if not text.startswith(",", pos):
+                return self._list_end(pos)
+            pos = _skip(text, pos + 1)
+        elif text.startswith("]", pos):
+            return [], pos + 1
+        while True:
+            _, pos = decode_at(text, pos, max_depth=MAX_DEPTH - depth)
+            pos = _skip(text, pos)
+            if not text.startswith(",", pos):
+                return self._list_end(pos)
+            pos = _skip(text, pos + 1)
+
+    def _list_end(self, pos: int) -> tuple[JSON, int]:
+        if not self.text.startswith("]", pos):
+            raise _NotFollowed
+        return [], pos + 1
+
+
+def _shared_items(text: str, at: int, other: str, first: int, ends: array[int]) -> int:
+    """How many items of the list whose items start at ``first`` in ``other`` (and end at
+    each of ``ends`` from there) the text at ``at`` starts with, as far as a guess and then
+    a binary search find: the guess is that both texts end alike after the list."""
+    tail = len(other) - first - ends[-1]
+    low, high = 0, bisect.bisect_right(ends, len(text) - at - tail)
+    count = high
+    while low < high:
+        if text.startswith(other[first:first + ends[count - 1]], at):
+            low = count
+        else:
+            high = count - 1
+        count = (low + high + 1) // 2
+    return low
 
 
 def _past_spans(text: str, pos: int, spans: tuple[tuple[int, int], ...]) -> int | None:
