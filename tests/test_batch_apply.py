@@ -7,15 +7,18 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_snapshot import _approval, _payload
 
+from bot.agenthost.store import AgentStore
 from bot.bridge import Bridge
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
+from bot.relay.queue import RelayQueue
 from bot.store import Store
 
 
@@ -219,3 +222,19 @@ def test_a_snapshot_read_against_a_refused_one_is_read_in_full(
     assert store.agents.last_rev(agent.id) == 3
     bridge.handle_envelopes([_sealed(bridge, agent, _payload(4, [a, c]))])
     assert store.items.open_ids(agent.id) == {"a1", "c1"}
+
+
+def test_every_store_keeps_what_it_may_undo_in_memory(tmp_path: Path) -> None:
+    """A savepoint (one an envelope of a batch) or a statement of many rows keeps the pages
+    it may have to undo; in a temporary file, that is a write for each page changed."""
+    memory = 2  # PRAGMA temp_store
+    store = Store.open(tmp_path / "bot.sqlite3")
+    queue = RelayQueue.open(tmp_path / "relay")
+    host = AgentStore(tmp_path / "agent")
+    try:
+        for connection in (store.db._connection, queue._db, host._db):
+            assert connection.execute("PRAGMA temp_store").fetchone()[0] == memory
+    finally:
+        store.close()
+        queue.close()
+        host.close()

@@ -124,6 +124,7 @@ class AgentStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA temp_store=MEMORY")  # no temporary files for undo
             self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}") from exc

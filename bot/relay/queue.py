@@ -327,6 +327,8 @@ class RelayQueue:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            # Pages a statement may have to undo are kept in memory, not a temporary file.
+            connection.execute("PRAGMA temp_store=MEMORY")
             _ensure_schema(connection)
             reader = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as exc:

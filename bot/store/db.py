@@ -262,6 +262,9 @@ class Database:
             # SQLite would copy the write-ahead log into the file inside a commit, on the
             # caller's thread, taking tens of milliseconds: :meth:`checkpoint` does it.
             connection.execute("PRAGMA wal_autocheckpoint=0")
+            # A savepoint keeps the pages it changes, to undo them, in a temporary file
+            # otherwise: a write for every page each envelope of a batch changes.
+            connection.execute("PRAGMA temp_store=MEMORY")
             _migrate(connection, path)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open the state database {path}: {exc}") from exc
