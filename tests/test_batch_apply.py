@@ -4,6 +4,7 @@ the store refuses refused alone."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import time
@@ -15,6 +16,7 @@ from test_snapshot import _approval, _payload
 
 from bot.agenthost.store import AgentStore
 from bot.bridge import Bridge
+from bot.core.model import Peer
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
@@ -139,6 +141,27 @@ def test_a_forged_newest_snapshot_gives_way_to_the_one_before_it(
         f"signature does not verify for {agent.id}",
         f"applied InboxUpdate from agent {agent.id[:8]}",
     ]
+
+
+def test_two_agents_snapshots_interleaved_each_leave_their_newest(
+    bridge_and_agent: tuple[Bridge, Identity, Store], caplog: pytest.LogCaptureFixture,
+) -> None:
+    bridge, agent, store = bridge_and_agent
+    other = Identity.generate("other agent")
+    store.agents.add_peer(Peer(other.id, "ws://relay", json.dumps(other.card.to_json()),
+                               "other agent"), 0)
+    store.agents.bind(other.id, 5, None, 0)
+    batch = [_sealed(bridge, agent, _payload(1, [_approval("a1")])),
+             _sealed(bridge, other, _payload(1, [_approval("o1")])),
+             _sealed(bridge, agent, _payload(2, [_approval("a1"), _approval("a2")])),
+             _sealed(bridge, other, _payload(2, [_approval("o2")]))]
+    said = _said(bridge, batch, caplog)
+    assert store.items.open_ids(agent.id) == {"a1", "a2"}
+    assert store.items.open_ids(other.id) == {"o2"}
+    assert store.items.get(other.id, "o1") is None
+    assert sorted(said) == sorted(
+        f"applied InboxUpdate from agent {sender.id[:8]}, the newest of 2 of its snapshots "
+        "in the same delivery" for sender in (agent, other))
 
 
 def test_snapshots_out_of_order_leave_the_newest(
