@@ -294,12 +294,7 @@ def unseal(raw: object, *, me: Identity, peers: Mapping[str, PublicCard]) -> Uns
     """Check rules 1 and 2 of §2 on an envelope from a peer, and decrypt it (rule 4 is
     :func:`accept`'s to judge, after the signature)."""
     envelope, info = _addressed(raw, me)
-    return _unsealed(envelope, info, peers.get(envelope.sender), me)
-
-
-def _unsealed(envelope: Envelope, info: bytes, peer: PublicCard | None, me: Identity) -> Unsealed:
-    if peer is None:
-        raise EnvelopeRefused(RefusalReason.UNKNOWN_SENDER, f"{envelope.sender} is not a peer")
+    peer = _peer(envelope, peers)
     return Unsealed(envelope, info, peer, _decrypt(envelope, info, me))
 
 
@@ -341,10 +336,13 @@ def open_envelope(
     envelope could otherwise be accepted a second time.
     """
     envelope, info = _addressed(raw, me)
-    peer = peers.get(envelope.sender)
-    if peer is not None or not accept_pair_requests:
-        return accept(_unsealed(envelope, info, peer, me), now_ms=now_ms, replay=replay,
-                      seen=seen)
+    if envelope.sender in peers or not accept_pair_requests:
+        # Checked before it is decrypted: a forged envelope costs no decryption.
+        peer = _peer(envelope, peers)
+        _check_signature(envelope, info, peer.sign_pub)
+        plaintext = _opened(envelope, _decrypt(envelope, info, me))
+        return _checked(envelope, _read(envelope, plaintext, seen), peer, plaintext, now_ms,
+                        replay, seen)
     plaintext = _opened(envelope, _decrypt(envelope, info, me))
     read = _read(envelope, plaintext, seen)
     sender = _pairing_sender(envelope, info, read.payload)
@@ -357,6 +355,14 @@ def _addressed(raw: object, me: Identity) -> tuple[Envelope, bytes]:
     if envelope.recipient != me.id:
         raise EnvelopeRefused(RefusalReason.NOT_FOR_ME, f"addressed to {envelope.recipient}")
     return envelope, build_info(envelope.id, envelope.sender, envelope.recipient, envelope.ts)
+
+
+def _peer(envelope: Envelope, peers: Mapping[str, PublicCard]) -> PublicCard:
+    """Rule 2's sender."""
+    peer = peers.get(envelope.sender)
+    if peer is None:
+        raise EnvelopeRefused(RefusalReason.UNKNOWN_SENDER, f"{envelope.sender} is not a peer")
+    return peer
 
 
 def _checked(
