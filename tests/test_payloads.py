@@ -132,7 +132,9 @@ def test_loads_limited_ignores_brackets_inside_strings() -> None:
 
 
 def test_loads_limited_allows_exactly_max_depth() -> None:
-    assert loads_limited("[" * 64 + "]" * 64, max_bytes=1000) == json.loads("[" * 64 + "]" * 64)
+    for text in ("[" * 64 + "]" * 64, '{"a":' * 64 + "1" + "}" * 64):
+        for padding in ("", " " * FAST_JSON_BYTES):  # both decoders
+            assert loads_limited(text + padding, max_bytes=100_000) == json.loads(text)
 
 
 @pytest.mark.parametrize("depth", [65, 999, 1000, 5000])
