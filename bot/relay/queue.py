@@ -310,10 +310,10 @@ def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
 class RelayQueue:
     """Per-recipient envelope queues in one SQLite file.
 
-    Writes (:meth:`apply`, :meth:`purge`) and reads (:meth:`pending`, through a connection
-    of its own: WAL lets readers run beside the writer) are short and never wait for the
-    disk, so they run on the event loop; :meth:`sync`, which does wait for it, runs in a
-    worker thread beside them.
+    Writes (:meth:`apply`, :meth:`purge`, one at a time) and reads (:meth:`pending`,
+    through a connection of its own: WAL lets readers run beside the writer) never wait for
+    the disk or for a lock, so that they may run on the event loop; :meth:`sync`, which
+    waits for the disk, runs in a worker thread beside them.
     """
 
     def __init__(
@@ -402,7 +402,7 @@ class RelayQueue:
                 log.error("cannot checkpoint the relay queue: %s", exc)
 
     def apply(self, batch: Batch, now_ms: int) -> Applied:
-        """Write a batch in one transaction (one disk sync): record who connected, delete
+        """Write a batch in one transaction: record who connected, delete
         acknowledged envelopes, then queue new ones, each with its own result.
 
         A batch takes a handful of statements however many envelopes it holds. The commit
@@ -416,7 +416,7 @@ class RelayQueue:
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            if exc.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
                 raise QueueBusy(f"the relay queue is locked: {exc}") from exc
             raise StoreError(f"cannot write to the relay queue: {exc}") from exc
         try:
