@@ -114,10 +114,15 @@ async def test_delivered_once_committed_and_sent_only_once_on_disk(
     async with RelayServer(tmp_path / "relay") as relay:
         a = await session(relay.url, alice)
         b = await session(relay.url, bob)
-        # The disk sync fails from now on: the log the queue writes can no longer be
-        # opened by name (SQLite goes on writing through the descriptor it holds).
+        first = envelope(alice, bob)
+        await send(a, {"type": "send", "envelope": first})
+        assert await recv(a) == {"type": "sent", "id": first["id"]}
+        assert await recv(b) == {"type": "deliver", "envelope": first}
+        # bob's session has read its queue from disk: what comes next is handed over. The
+        # disk sync fails from now on: the log the queue writes can no longer be opened
+        # by name (SQLite goes on writing through the descriptor it holds).
         (tmp_path / "relay" / f"{DB_NAME}-wal").unlink()
-        env = envelope(alice, bob)
+        env = envelope(alice, bob, 1)
         with caplog.at_level(logging.ERROR, logger="bot.relay.server"):
             await send(a, {"type": "send", "envelope": env})
             assert await recv(b) == {"type": "deliver", "envelope": env}
