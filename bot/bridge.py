@@ -993,8 +993,11 @@ class Bridge:
         return self._store.updates.next_offset()
 
     def update_handled(self, update_id: int) -> None:
-        """Mark an update handled; inside a transaction in progress, as part of it."""
-        self._store.updates.done(update_id)
+        """Mark an update handled: inside a transaction in progress, as part of it;
+        otherwise (its handler changed nothing) without waiting for the disk, like
+        :meth:`hold_updates`."""
+        with self._store.transaction(durable=False):
+            self._store.updates.done(update_id)
 
     def prune_updates(self) -> None:
         self._store.updates.prune()

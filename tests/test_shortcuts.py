@@ -130,6 +130,22 @@ def test_a_commit_that_skips_the_disk_still_commits_and_leaves_the_next_one_dura
     reopened.close()
 
 
+def test_a_write_outside_a_transaction_counts_as_a_durable_commit(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "state.sqlite3")
+    before = store.db.durable_commits
+    store.chats.note(1, "One", "private")  # commits by itself, waiting for the disk
+    assert store.db.durable_commits == before + 1
+    assert store.chats.title(1) == "One"  # a read commits nothing
+    with store.transaction():
+        store.chats.note(2, "Two", "private")
+        store.chats.note(3, "Three", "private")
+    assert store.db.durable_commits == before + 2
+    with store.transaction(durable=False):
+        store.chats.note(4, "Four", "private")
+    assert store.db.durable_commits == before + 2
+    store.close()
+
+
 def test_commits_leave_the_log_to_the_checkpoint(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "state.sqlite3")
     path = store.path

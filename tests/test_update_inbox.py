@@ -86,3 +86,36 @@ async def test_a_pair_update_is_handled_only_with_its_pairing_row(tmp_path: Path
     with sqlite3.connect(database) as db:
         marks = db.execute("SELECT pairings FROM pair_marks").fetchall()
     assert marks == [(1,)]
+
+
+async def test_each_update_is_marked_handled_once_a_tap_in_its_own_commit(
+    tmp_path: Path,
+) -> None:
+    """A tap's update is marked handled in the tap's transaction, and not again after it
+    (that would be a second commit, waiting for the disk, on the event loop); an update
+    whose handler changes nothing is marked once too."""
+    database = tmp_path / "state" / "skald-telegram.sqlite3"
+    database.parent.mkdir(mode=0o700)
+    Store.open(database).close()
+    with sqlite3.connect(database) as db:  # notes every marking, and the taps then recorded
+        db.executescript(
+            "CREATE TABLE marks (update_id INTEGER, taps INTEGER);"
+            "CREATE TRIGGER marked AFTER UPDATE OF done ON updates WHEN NEW.done = 1 BEGIN"
+            " INSERT INTO marks SELECT NEW.update_id, count(*) FROM audit"
+            " WHERE event = 'tap'; END;")
+    async with make_world(tmp_path) as world, running_bot(world):
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("apr_once"))
+        card = await world.wait_card(ADA, "apr_once")
+        help_update = world.tg.send_text(ADA, ADA, "/help")
+        await world.tg.wait_for(lambda tg: any(
+            "How this works" in m.text for m in tg.bot_messages(ADA)))
+        world.tap(ADA, card, ADA, "Approve")
+        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+        await world.wait_card(ADA, "apr_once", lambda m: "Approved by" in m.text)
+    with sqlite3.connect(database) as db:
+        marks = db.execute("SELECT update_id, taps FROM marks ORDER BY rowid").fetchall()
+    tap_update_id = help_update["update_id"] + 1
+    assert [update_id for update_id, _ in marks] == sorted({u for u, _ in marks})
+    assert (help_update["update_id"], 0) in marks
+    assert (tap_update_id, 1) in marks  # marked with the tap it recorded

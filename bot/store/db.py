@@ -363,18 +363,28 @@ class Database:
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
+            changes = self._connection.total_changes
             try:
-                return self._connection.execute(sql, params)
+                cursor = self._connection.execute(sql, params)
             except sqlite3.Error as exc:
                 raise StoreError(f"database error: {exc}") from exc
+            self._count_commit(changes)
+            return cursor
 
     def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         """``sql`` once for each of ``rows``."""
         with self._lock:
+            changes = self._connection.total_changes
             try:
                 self._connection.executemany(sql, rows)
             except sqlite3.Error as exc:
                 raise StoreError(f"database error: {exc}") from exc
+            self._count_commit(changes)
+
+    def _count_commit(self, changes_before: int) -> None:
+        """A write outside a transaction commits by itself, and waits for the disk."""
+        if not self._depth and self._connection.total_changes != changes_before:
+            self.durable_commits += 1
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:

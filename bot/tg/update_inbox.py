@@ -119,13 +119,16 @@ class UpdateInbox:
         except (ValueError, TypeError, KeyError) as exc:
             log.warning("dropped stored update %s: %s", update_id, type(exc).__name__)
             update = None
+        marked = False
         if update is not None:
             token = _handling.set(update_id)
             try:
                 await self._application.process_update(update)
             finally:
+                marked = _handling.get() is None  # by the handler's first commit
                 _handling.reset(token)
-        self._bridge.update_handled(update_id)
+        if not marked:
+            self._bridge.update_handled(update_id)
         self._handled += 1
         if self._handled % PRUNE_EVERY == 0:
             self._bridge.prune_updates()
