@@ -1,12 +1,12 @@
 """The built-in relay: one hop's latency, and many sessions at once, against bare floors.
 
 1. Round trip, through the built-in relay in this process (its SQLite queue in a temporary
-   folder: delivered once committed, ``sent`` once synced), with two relay clients, an
-   agent and a device: agent → relay → device → ack, timed from the agent's send to the
-   moment the device's ack has been written (the relay reads it from loopback right after;
-   its deletion is batched and not waited for); and a burst through the same pair. Floor:
-   a bare websockets echo server measured in the same run, one send + echoed reply per
-   round trip (nothing stored), and a pipelined burst of messages of the same size.
+   folder, fsync on every commit), with two relay clients, an agent and a device: agent →
+   relay → device → ack, timed from the agent's send to the moment the device's ack has been
+   written (the relay reads it from loopback right after; its deletion is batched and not
+   waited for); and a burst through the same pair. Floor: a bare websockets echo server
+   measured in the same run, one send + echoed reply per round trip (nothing stored), and a
+   pipelined burst of messages of the same size.
 2. Many sessions: the relay as its own process (``python -m bot relay``), holding idle
    sessions (1,000; 50 in quick mode) beside sender → receiver pairs (50; 5 in quick
    mode) on raw WebSocket connections. Envelopes of 2.5 KiB have the right shape but random
@@ -636,7 +636,7 @@ async def _run(quick: bool) -> None:
     floor_latencies, floor_rate = await _floor_numbers(rounds, burst)
     size = len(encode_envelope(_envelopes(1)[0]))
     print(f"   {rounds} round trips, burst of {burst}, envelopes of {size / 1024:.1f} KiB")
-    print("   round trip: agent send -> relay (queued) -> device handler -> ack written;")
+    print("   round trip: agent send -> relay (queued, fsync) -> device handler -> ack written;")
     print("   floor: a bare websockets echo (send + reply, nothing stored)")
     _header()
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):

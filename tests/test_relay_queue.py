@@ -3,7 +3,6 @@ restarts and schema upgrades."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -13,14 +12,12 @@ import pytest
 from bot.errors import StoreError
 from bot.relay.limits import QueueLimits
 from bot.relay.queue import (
-    CHECKPOINT_CHANGES,
     DB_NAME,
     SCHEMA_VERSION,
     Acknowledged,
     Batch,
     Incoming,
     PutResult,
-    QueueBusy,
     RelayQueue,
 )
 
@@ -276,43 +273,6 @@ def test_purge_and_reopen(tmp_path: Path) -> None:
     assert [q.body for q in reopened.pending(ALICE)] == ["new"]
     assert put(reopened, item(ALICE, 3, "abc"), now_ms=300) == [PutResult.FULL]
     reopened.close()
-
-
-def test_a_batch_does_not_wait_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
-    other = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
-    batch = Batch(puts=[item(ALICE, 1), item(ALICE, 2)], acks=[Acknowledged(BOB, _id(9))])
-    with pytest.raises(QueueBusy):
-        queue.apply(batch, now_ms=1)
-    other.execute("ROLLBACK")
-    other.close()
-    assert waiting(queue, ALICE) == (0, 0)  # nothing written, nothing counted
-    assert queue.apply(batch, now_ms=1).results == [QUEUED, QUEUED]
-    assert waiting(queue, ALICE) == (2, 2)
-    queue.close()
-
-
-def _committed_to_the_file(folder: Path, scratch: Path) -> int:
-    """Envelopes in the database file alone, without its write-ahead log."""
-    scratch.mkdir()
-    (scratch / DB_NAME).write_bytes((folder / DB_NAME).read_bytes())
-    with contextlib.closing(sqlite3.connect(scratch / DB_NAME)) as copy:
-        return int(copy.execute("SELECT COUNT(*) FROM queue").fetchone()[0])
-
-
-def test_commits_stay_in_the_log_until_a_sync_checkpoints_them(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
-    half = CHECKPOINT_CHANGES // 2
-    put(queue, *(item(ALICE, n) for n in range(half)))
-    queue.sync()  # on disk, in the log: too few changes for a checkpoint
-    assert _committed_to_the_file(tmp_path, tmp_path / "first") == 0
-    put(queue, *(item(BOB, n) for n in range(half)))
-    assert _committed_to_the_file(tmp_path, tmp_path / "second") == 0  # no commit copies it
-    queue.sync()
-    assert _committed_to_the_file(tmp_path, tmp_path / "third") == 2 * half
-    assert waiting(queue, ALICE) == (half, half)
-    queue.close()
 
 
 def test_the_first_schema_is_upgraded(tmp_path: Path) -> None:

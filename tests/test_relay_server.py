@@ -26,7 +26,7 @@ from bot.protocol.payloads import raw_payload
 from bot.protocol.relayauth import auth_frame
 from bot.relay.frames import DELIVER_WINDOW, encode_envelope
 from bot.relay.limits import ConnectionLimits
-from bot.relay.queue import DB_NAME, Batch, Incoming, PutResult, RelayQueue
+from bot.relay.queue import Batch, Incoming, PutResult, RelayQueue
 from bot.relay.server import (
     MAX_REFUSED_FRAMES,
     PRE_AUTH_FRAME_BYTES,
@@ -106,31 +106,6 @@ async def test_offline_queue_redelivers_unacked_oldest_first(
     assert [(await recv(b))["envelope"] for _ in envs[1:]] == envs[1:]
     await a.close()
     await b.close()
-
-
-async def test_delivered_once_committed_and_sent_only_once_on_disk(
-    tmp_path: Path, alice: Identity, bob: Identity, caplog: pytest.LogCaptureFixture
-) -> None:
-    async with RelayServer(tmp_path / "relay") as relay:
-        a = await session(relay.url, alice)
-        b = await session(relay.url, bob)
-        first = envelope(alice, bob)
-        await send(a, {"type": "send", "envelope": first})
-        assert await recv(a) == {"type": "sent", "id": first["id"]}
-        assert await recv(b) == {"type": "deliver", "envelope": first}
-        # bob's session has read its queue from disk: what comes next is handed over. The
-        # disk sync fails from now on: the log the queue writes can no longer be opened
-        # by name (SQLite goes on writing through the descriptor it holds).
-        (tmp_path / "relay" / f"{DB_NAME}-wal").unlink()
-        env = envelope(alice, bob, 1)
-        with caplog.at_level(logging.ERROR, logger="bot.relay.server"):
-            await send(a, {"type": "send", "envelope": env})
-            assert await recv(b) == {"type": "deliver", "envelope": env}
-            answer = await recv(a)
-        assert (answer["type"], answer["code"], answer["id"]) == ("error", "unavailable", env["id"])
-        assert "cannot sync the relay queue" in caplog.text
-        await a.close()
-        await b.close()
 
 
 async def test_bad_signature_is_refused_with_4401(relay: RelayServer, alice: Identity) -> None:

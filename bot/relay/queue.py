@@ -4,9 +4,8 @@ Each recipient has an ordered queue (oldest first). An envelope stays until its 
 acknowledges it or it grows older than the age limit; the same envelope id queued twice
 by one sender for one recipient is stored once (another sender's envelope with the same
 id is a different envelope and is stored too). Changes are written in batches, one
-transaction each (:meth:`RelayQueue.apply`): committed, they survive a killed process at
-once, and the machine's loss once :meth:`RelayQueue.sync` has put them on disk, which the
-caller waits for before it answers a sender.
+transaction each (:meth:`RelayQueue.apply`), committed before the caller answers the
+sender or forgets an acknowledgement, so a queued envelope survives a crash or restart.
 
 Anyone can make an identity, so what may wait is bounded by :class:`QueueLimits`, and the
 bounds are drawn so that throwaway identities cannot crowd out real correspondents:
@@ -32,7 +31,6 @@ import contextlib
 import enum
 import json
 import logging
-import os
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -55,12 +53,7 @@ CACHE_KIB: Final = 32 * 1024
 rows and indexes) stays in memory instead of being read back from the file."""
 
 BUSY_TIMEOUT_S: Final = 5.0
-"""How long opening the queue waits for another connection's write lock before it fails
-(a batch does not wait: :class:`QueueBusy`)."""
-
-CHECKPOINT_CHANGES: Final = 2000
-"""Envelopes queued or forgotten after which :meth:`RelayQueue.sync` also copies the
-write-ahead log into the database file (a few megabytes of log)."""
+"""How long a write waits for another connection's write lock before it fails."""
 
 DEFAULT_PAGE_BYTES: Final = 4 * MIB
 """How many bytes of bodies :meth:`RelayQueue.pending` loads at once by default."""
@@ -180,11 +173,6 @@ class PutResult(enum.Enum):
     """The sender's network address has as much queued as it may."""
     RELAY_FULL = "relay_full"
     """The relay holds as many bytes as it may."""
-
-
-class QueueBusy(StoreError):
-    """Another connection holds the queue's write lock: nothing was written, and the
-    same batch may be applied again later."""
 
 
 @dataclass(frozen=True)
@@ -310,28 +298,18 @@ def _drop_empty(count: Counter[_K], size: Counter[_K], *, key: _K) -> None:
 class RelayQueue:
     """Per-recipient envelope queues in one SQLite file.
 
-    Writes (:meth:`apply`, :meth:`purge`, one at a time) and reads (:meth:`pending`,
-    through a connection of its own: WAL lets readers run beside the writer) never wait for
-    the disk or for a lock, so that they may run on the event loop; :meth:`sync`, which
-    waits for the disk, runs in a worker thread beside them.
+    Writes (:meth:`apply`, :meth:`purge`) may run in a worker thread, one at a time, while
+    :meth:`pending` reads what is committed through a connection of its own (WAL lets
+    readers run beside the writer).
     """
 
     def __init__(
-        self,
-        connection: sqlite3.Connection,
-        reader: sqlite3.Connection,
-        checkpointer: sqlite3.Connection,
-        *,
-        limits: QueueLimits,
+        self, connection: sqlite3.Connection, reader: sqlite3.Connection, *, limits: QueueLimits
     ) -> None:
         self._db = connection
         self._reader = reader
-        self._checkpointer = checkpointer
-        self._log_path = f"{connection.execute('PRAGMA database_list').fetchone()[2]}-wal"
         self._limits = limits
         self._usage = _Usage()
-        self._changes = 0
-        """Envelopes queued or forgotten since the last checkpoint."""
         self._recount()
 
     @classmethod
@@ -347,67 +325,35 @@ class RelayQueue:
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         try:
             connection.execute("PRAGMA journal_mode=WAL")
-            # A commit writes the log without waiting for the disk: sync() does, in a
-            # thread, and so do the checkpoints it runs (SQLite's own would run inside
-            # whichever commit found the log long, on the event loop).
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute("PRAGMA wal_autocheckpoint=0")
+            connection.execute("PRAGMA synchronous=FULL")
             connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             # Pages a statement may have to undo are kept in memory, not a temporary file.
             connection.execute("PRAGMA temp_store=MEMORY")
             _ensure_schema(connection)
-            # The file starts with its schema, and whatever an earlier run left in the log.
-            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            # From now on a write never waits for a lock on the event loop.
-            connection.execute("PRAGMA busy_timeout=0")
             reader = sqlite3.connect(path, isolation_level=None)
-            checkpointer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             connection.close()
             raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
         except StoreError:
             connection.close()
             raise
-        return cls(connection, reader, checkpointer, limits=limits or QueueLimits())
+        return cls(connection, reader, limits=limits or QueueLimits())
 
     def close(self) -> None:
         try:
-            self._checkpointer.close()
             self._reader.close()
             self._db.close()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot close the relay queue: {exc}") from exc
 
-    def sync(self) -> None:
-        """Put everything committed so far on disk (the log's ``fdatasync``, as a commit
-        with ``synchronous=FULL`` would), and after :data:`CHECKPOINT_CHANGES` changes
-        copy the log into the database file. It waits for the disk: call it in a worker
-        thread, while the event loop goes on writing. :class:`StoreError` if the sync
-        failed (a failed checkpoint is only logged)."""
-        try:
-            descriptor = os.open(self._log_path, os.O_RDONLY)
-            try:
-                os.fdatasync(descriptor)
-            finally:
-                os.close(descriptor)
-        except OSError as exc:
-            raise StoreError(f"cannot sync the relay queue: {exc}") from exc
-        if self._changes >= CHECKPOINT_CHANGES:
-            self._changes = 0
-            try:
-                # Passive: it waits for no reader or writer, and syncs what it copied.
-                self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
-                # What was synced stays synced; the log is copied by the next checkpoint.
-                log.error("cannot checkpoint the relay queue: %s", exc)
-
     def apply(self, batch: Batch, now_ms: int) -> Applied:
-        """Write a batch in one transaction: record who connected, delete
+        """Write a batch in one transaction (one disk sync): record who connected, delete
         acknowledged envelopes, then queue new ones, each with its own result.
 
-        A batch takes a handful of statements however many envelopes it holds. The commit
-        does not wait for the disk: :meth:`sync` does. While another connection holds the
-        write lock, nothing is written and :class:`QueueBusy` is raised.
+        A batch takes a handful of statements however many envelopes it holds, so that
+        when it runs in a worker thread the interpreter lock changes hands a few times per
+        transaction rather than at every envelope. While another connection writes, this
+        waits for it (up to :data:`BUSY_TIMEOUT_S`).
 
         An ack names only the id: when two senders used the same id, each ack deletes the
         oldest one, which is the one delivered (and so acknowledged) first.
@@ -415,11 +361,6 @@ class RelayQueue:
         usage = self._usage
         try:
             self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
-                raise QueueBusy(f"the relay queue is locked: {exc}") from exc
-            raise StoreError(f"cannot write to the relay queue: {exc}") from exc
-        try:
             for recipient in batch.connected:
                 if recipient not in usage.connected:
                     self._db.execute(
@@ -436,7 +377,6 @@ class RelayQueue:
         except BaseException:
             self._abandon()  # never leave the transaction open for the next batch
             raise
-        self._changes += len(batch.puts) + removed
         return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
 
     def _abandon(self) -> None:

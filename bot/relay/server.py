@@ -31,16 +31,13 @@ everything a stranger can make it hold is bounded:
   :data:`DELIVER_PAGE_BYTES` at a time, and at most ``DELIVER_WINDOW`` (256) of them,
   and :data:`DELIVER_WINDOW_BYTES`, wait unacknowledged per session.
 
-An envelope is delivered once it is committed, and ``sent`` answered only once it is on
-disk; an acknowledged envelope is forgotten only by a committed deletion. Everything that
-arrives in one turn of the event loop, from every session (envelopes, acknowledgements,
-new sessions), is committed together by a handful of statements that do not wait for the
-disk: on the loop, or in a worker thread for a large batch. Another worker thread syncs
-the log meanwhile, once for every commit made since its last sync: a burst costs one disk
-sync, and the disk is never on the way of a delivery. Should the machine fail before the
-sync, an envelope already delivered is sent again by its sender, who had no ``sent``, and
-refused as a replay by its recipient: delivery stays at-least-once. Answers keep the order
-of the frames they answer.
+``sent`` is answered, and an envelope delivered, only once it is committed
+(``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
+deletion. There is one writer and one transaction at a time, written in a worker thread
+while the event loop goes on reading: everything that arrives meanwhile, from every session
+(envelopes, acknowledgements, new sessions), shares the next transaction, so a burst costs
+one disk sync, and a handful of statements, rather than one of each per frame. Answers keep
+the order of the frames they answer.
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -106,13 +103,10 @@ from bot.relay.limits import (
     QueueLimits,
 )
 from bot.relay.queue import (
-    BUSY_TIMEOUT_S,
     Acknowledged,
-    Applied,
     Batch,
     Incoming,
     PutResult,
-    QueueBusy,
     Queued,
     RelayQueue,
     message_bytes,
@@ -156,18 +150,8 @@ CLOSE_AUTH_FAILED: Final = 4401
 CLOSE_AUTH_TIMEOUT: Final = 4408
 CLOSE_REPLACED: Final = 4409
 
-BUSY_RETRY_S: Final = (0.001, 0.05)
-"""A batch that finds the queue locked by another connection is tried again after the
-first delay, doubling up to the second, for :data:`bot.relay.queue.BUSY_TIMEOUT_S` in all."""
-
-THREAD_BATCH: Final = 64
-"""Envelopes queued and forgotten in one batch from which it is written in a worker thread."""
-
 STORE_FAILED: Final = "unavailable"
 """Error code for a transient failure of the relay's own queue: the sender retries."""
-
-_Results: TypeAlias = list[PutResult | None]
-"""A batch's result for each envelope it queues (``None`` where the store failed)."""
 
 _OUT_OF_DESCRIPTORS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -490,16 +474,11 @@ class RelayServer:
         self._batch = Batch()
         self._batch_ready = asyncio.Event()
         self._batch_written: asyncio.Future[list[PutResult | None]] | None = None
-        """Resolved once the batch now being filled is on disk (or failed), with a result
+        """Resolved once the batch now being filled is written (or failed), with a result
         for each envelope in ``_batch.puts``, in the same order."""
-        self._unsynced: list[tuple[asyncio.Future[_Results], _Results]] = []
-        """Committed batches waiting for the next sync: each one's future and results."""
-        self._sync_ready = asyncio.Event()
         self._disk = asyncio.Lock()
-        """Held while the queue writes (a batch, or a purge): a large batch is written in
-        a worker thread, and a purge must not share its transaction."""
+        """Held while the queue writes (a batch in a worker thread, or a purge)."""
         self._writer: asyncio.Task[None] | None = None
-        self._syncer: asyncio.Task[None] | None = None
         self._stopping = False
         self._previous_handler: Any = None
 
@@ -543,7 +522,6 @@ class RelayServer:
         )
         self._stopping = False
         self._writer = asyncio.create_task(self._write_batches())
-        self._syncer = asyncio.create_task(self._sync_batches())
         self._purger = asyncio.create_task(self._purge_periodically())
 
     def _listen(self) -> _Listener:
@@ -603,10 +581,6 @@ class RelayServer:
             self._batch_ready.set()
             await self._writer  # writes what came last
             self._writer = None
-        if self._syncer is not None:
-            self._sync_ready.set()
-            await self._syncer  # and syncs it
-            self._syncer = None
         if self._queue is not None:
             self._queue.close()
             self._queue = None
@@ -803,8 +777,9 @@ class RelayServer:
         return self._batch_written
 
     async def _write_batches(self) -> None:
-        """Commit what arrived, once a turn of the event loop: everything that arrived in
-        that turn, from every session, shares one transaction."""
+        """Write batches one after another, each in a worker thread, so that the event loop
+        goes on reading frames (into the next batch) while the disk syncs: everything that
+        arrives meanwhile, from every session, shares the next transaction."""
         while not self._stopping:
             await self._batch_ready.wait()
             self._batch_ready.clear()
@@ -812,28 +787,26 @@ class RelayServer:
         await self._commit()
 
     async def _commit(self) -> None:
-        """Commit everything that arrived since the last call in one transaction, hand
-        the envelopes to their recipients, and leave the answers to the senders for the
-        next sync."""
+        """Write everything that arrived since the last call in one transaction (one disk
+        sync), then answer the senders and hand the envelopes to their recipients."""
         batch, self._batch = self._batch, Batch()
         written, self._batch_written = self._batch_written, None
         results: list[PutResult | None] = [None] * len(batch.puts)
         try:
             results = await self._write(batch)
         finally:
-            if written is not None:
-                self._unsynced.append((written, results))
-                self._sync_ready.set()
+            if written is not None and not written.done():
+                written.set_result(results)
 
     async def _write(self, batch: Batch) -> list[PutResult | None]:
-        """Commit a batch; a result for each envelope in it (``None`` if the store failed)."""
+        """Write a batch; a result for each envelope in it (``None`` if the store failed)."""
         results: list[PutResult | None] = [None] * len(batch.puts)
         if not batch or self._queue is None:
             return results
         seqs = [0] * len(batch.puts)
         try:
             async with self._disk:
-                applied = await self._apply(self._queue, batch)
+                applied = await asyncio.to_thread(self._queue.apply, batch, _now_ms())
         except StoreError as exc:
             # Acks are lost with it: those envelopes come again, at-least-once holds.
             log.error("relay queue failed: %s", exc)
@@ -846,44 +819,6 @@ class RelayServer:
             if result is PutResult.QUEUED and recipient is not None:
                 recipient.hand_over(Queued(seq, item.envelope_id, _size(item.body), item.body))
         return results
-
-    @staticmethod
-    async def _apply(queue: RelayQueue, batch: Batch) -> Applied:
-        """Apply a batch: on the event loop, where a small one takes a fraction of a
-        millisecond, or a large one in a worker thread, so that the loop goes on reading
-        meanwhile. While another connection holds the queue's write lock, it is tried again
-        (the loop going on meanwhile) for :data:`BUSY_TIMEOUT_S` at most."""
-        delay, longest = BUSY_RETRY_S
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:
-            try:
-                if len(batch.puts) + len(batch.acks) < THREAD_BATCH:
-                    return queue.apply(batch, _now_ms())
-                return await asyncio.to_thread(queue.apply, batch, _now_ms())
-            except QueueBusy:
-                if time.monotonic() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, longest)
-
-    async def _sync_batches(self) -> None:
-        """Put the committed batches on disk, in a worker thread, as many at once as were
-        committed since the last sync, then answer their senders."""
-        while True:
-            await self._sync_ready.wait()
-            self._sync_ready.clear()
-            synced, self._unsynced = self._unsynced, []
-            if synced and self._queue is not None:
-                try:
-                    await asyncio.to_thread(self._queue.sync)
-                except StoreError as exc:
-                    log.error("relay queue failed: %s", exc)
-                    synced = [(future, [None] * len(results)) for future, results in synced]
-            for future, results in synced:
-                if not future.done():
-                    future.set_result(results)
-            if self._writer is None and not self._unsynced:
-                return
 
     async def _answer(self, session: _Session) -> None:
         """Send the answers to the session's frames in order, each once it is known;
