@@ -372,14 +372,13 @@ class Database:
             return cursor
 
     def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        """``sql`` once for each of ``rows``."""
-        with self._lock:
-            changes = self._connection.total_changes
+        """``sql`` once for each of ``rows``, all in one transaction (the one in progress,
+        if any)."""
+        with self.transaction():
             try:
                 self._connection.executemany(sql, rows)
             except sqlite3.Error as exc:
                 raise StoreError(f"database error: {exc}") from exc
-            self._count_commit(changes)
 
     def _count_commit(self, changes_before: int) -> None:
         """A write outside a transaction commits by itself, and waits for the disk."""
