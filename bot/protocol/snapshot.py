@@ -245,11 +245,10 @@ def snapshot_rev(plaintext: bytes, like: Layout | None = None) -> int | None:
             return _walked_rev(plaintext.decode("utf-8"), like)
         except (_NotFollowed, PayloadError, UnicodeDecodeError):
             pass  # a duplicate key, say: told by the decoder below
-    import msgspec  # loaded with the first snapshot to probe, as for large texts
-
+    decode, refusal = _probe_decoder()
     try:
-        probe = _probe_decoder().decode(plaintext)
-    except (msgspec.MsgspecError, RecursionError):
+        probe = decode(plaintext)
+    except (refusal, RecursionError):
         return None
     return _rev_of(probe.kind, probe.v, None if probe.body is None else probe.body.rev)
 
@@ -272,15 +271,17 @@ def _rev_of(kind: object, version: object, rev: object) -> int | None:
 
 
 @functools.cache
-def _probe_decoder() -> Any:
-    """A decoder of a payload's ``kind``, ``v`` and ``body.rev`` alone; every other member
-    is skipped (a struct takes the last of duplicate keys, as a full parse does)."""
+def _probe_decoder() -> tuple[Callable[[bytes], Any], type[Exception]]:
+    """A decoder of a payload's ``kind``, ``v`` and ``body.rev`` alone (every other member
+    is skipped; a struct takes the last of duplicate keys, as a full parse does), and the
+    error it raises: msgspec is loaded with the first snapshot to probe."""
     import msgspec.json
 
     body = msgspec.defstruct("Body", [("rev", object, None)])
     probe = msgspec.defstruct(
         "Probe", [("kind", object, None), ("v", object, None), ("body", body | None, None)])
-    return msgspec.json.Decoder(probe)
+    decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(probe)
+    return decoder.decode, msgspec.MsgspecError
 
 
 def _items(walked: _Walked[_Item]) -> tuple[list[tuple[_Item, str]], SeenList]:

@@ -368,7 +368,9 @@ class Database:
                 cursor = self._connection.execute(sql, params)
             except sqlite3.Error as exc:
                 raise StoreError(f"database error: {exc}") from exc
-            self._count_commit(changes)
+            # A write outside a transaction commits by itself, and waits for the disk.
+            if not self._depth and self._connection.total_changes != changes:
+                self.durable_commits += 1
             return cursor
 
     def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -379,11 +381,6 @@ class Database:
                 self._connection.executemany(sql, rows)
             except sqlite3.Error as exc:
                 raise StoreError(f"database error: {exc}") from exc
-
-    def _count_commit(self, changes_before: int) -> None:
-        """A write outside a transaction commits by itself, and waits for the disk."""
-        if not self._depth and self._connection.total_changes != changes_before:
-            self.durable_commits += 1
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
