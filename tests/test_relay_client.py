@@ -229,11 +229,12 @@ async def test_the_durable_outbox_survives_a_restart(
     reopened.close()
 
 
-async def batches_while_busy(
-    url: str, identity: Identity, count: int
-) -> list[list[dict[str, object]]]:
-    """How a client of ``identity`` is handed ``count`` envelopes the relay holds for it,
-    when its handler takes long over the first: the batches, in order."""
+async def batches_handed_over(
+    url: str, identity: Identity, held: list[dict[str, object]], *, busy: bool
+) -> list[int]:
+    """How a client of ``identity`` is handed the envelopes the relay holds for it
+    (``held``, checked to come in order): the size of each batch. ``busy``: its handler
+    takes long over the first (else it returns at once: the client is never busy)."""
     batches: list[list[dict[str, object]]] = []
     release = asyncio.Event()
 
@@ -241,15 +242,19 @@ async def batches_while_busy(
         batches.append(envelopes)
         await release.wait()  # busy: the rest queue up meanwhile
 
+    if not busy:
+        release.set()
     client = RelayClient(url, identity, handler=handle, outbox=MemoryOutbox())
     task = asyncio.create_task(client.run())
-    await eventually(lambda: len(batches) == 1)
-    await asyncio.sleep(0.2)  # the relay has sent them all at once: let them be read
-    release.set()
-    await eventually(lambda: sum(map(len, batches)) == count)
+    if busy:
+        await eventually(lambda: len(batches) == 1)
+        await asyncio.sleep(0.2)  # the relay has sent them all at once: let them be read
+        release.set()
+    await eventually(lambda: sum(map(len, batches)) == len(held))
     await client.stop()
     await task
-    return batches
+    assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in held]
+    return [len(batch) for batch in batches]
 
 
 async def test_deliveries_that_queue_up_are_handed_over_together(
@@ -258,9 +263,7 @@ async def test_deliveries_that_queue_up_are_handed_over_together(
     a = Peer(relay.url, alice)
     a.start()
     sent = await a.send_stored(bob, 5)
-    batches = await batches_while_busy(relay.url, bob, len(sent))
-    assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in sent]  # in order
-    assert len(batches) <= 2
+    assert len(await batches_handed_over(relay.url, bob, sent, busy=True)) <= 2
     again = Peer(relay.url, bob)
     again.start()
     later = a.send(bob, 5)
@@ -270,27 +273,51 @@ async def test_deliveries_that_queue_up_are_handed_over_together(
     await a.stop()
 
 
-async def test_a_batch_holds_at_most_so_much_ciphertext(
-    relay: RelayServer, alice: Identity, bob: Identity
-) -> None:
-    known = Peer(relay.url, bob)  # the relay keeps more for a recipient it has seen
+async def _stored_large(relay: RelayServer, sender: Peer, recipient: Identity,
+                        count: int, pad: int) -> list[dict[str, object]]:
+    """``count`` envelopes of about ``pad`` bytes each, once the relay holds them all."""
+    known = Peer(relay.url, recipient)  # the relay keeps more for a recipient it has seen
     known.start()
     await eventually(lambda: known.client.connected)
     await known.stop()
+    now = int(time.time() * 1000)
+    large = [seal(raw_payload("inbox_request", {"since_rev": n, "pad": "x" * pad}),
+                  sender=sender.identity, recipient=recipient.card, ts_ms=now).to_json()
+             for n in range(count)]
+    for sealed in large:
+        sender.outbox.add(relay.url, sealed)
+    sender.client.wake()
+    await eventually(lambda: len(sender.outbox) == 0)
+    return large
+
+
+async def test_a_batch_holds_at_most_so_much_ciphertext(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
     a = Peer(relay.url, alice)
     a.start()
-    now = int(time.time() * 1000)
-    large = [seal(raw_payload("inbox_request", {"since_rev": n, "pad": "x" * 700_000}),
-                  sender=alice, recipient=bob.card, ts_ms=now).to_json() for n in range(8)]
-    for sealed in large:
-        a.outbox.add(relay.url, sealed)
-    a.client.wake()
-    await eventually(lambda: len(a.outbox) == 0)
-    batches = await batches_while_busy(relay.url, bob, len(large))
-    assert [e["id"] for batch in batches for e in batch] == [e["id"] for e in large]
-    for batch in batches:  # what follows the first fits in the bound
-        assert sum(len(str(e["ct"])) for e in batch[1:]) <= MAX_BATCH_CIPHERTEXT
-    assert len(batches) >= 3  # the first alone, then two bounded by their size
+    large = await _stored_large(relay, a, bob, 8, 700_000)
+    sizes = await batches_handed_over(relay.url, bob, large, busy=True)
+    ct_bytes = len(str(large[0]["ct"]))  # the same for each
+    assert max(sizes) <= 1 + MAX_BATCH_CIPHERTEXT // ct_bytes  # what follows the first fits
+    assert len(sizes) >= 2
+    await a.stop()
+
+
+async def test_an_idle_client_takes_the_frames_already_behind_a_delivery_with_it(
+    relay: RelayServer, alice: Identity, bob: Identity, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The relay sends what it holds back to back: the first delivery does not go to the
+    handler alone while the others are still being read (each would cost a commit)."""
+    a = Peer(relay.url, alice)
+    a.start()
+
+    # 6 of 400 kB of ciphertext: each longer than a read from the socket, all in one batch.
+    large = await _stored_large(relay, a, bob, 6, 300_000)
+    assert await batches_handed_over(relay.url, bob, large, busy=False) == [6]
+    monkeypatch.setattr("bot.relay.client.CATCH_UP_PASSES", 0)
+    large = await _stored_large(relay, a, bob, 6, 300_000)
+    assert len(await batches_handed_over(relay.url, bob, large, busy=False)) > 1
     await a.stop()
 
 

@@ -2,8 +2,10 @@
 
 Incoming envelopes go to a handler in order, all those that have arrived while it was busy
 at once (up to :data:`MAX_BATCH` of them and :data:`MAX_BATCH_CIPHERTEXT`), and are
-acknowledged only after it returns. When it raises for several, they are handed over
-again one at a time. A handler that raises for one envelope ends the session (code 1011),
+acknowledged only after it returns; one taken while it was idle waits for the frames
+already behind it on the connection, so that envelopes the relay sent together are
+handled (and committed) together. When it raises for several, they are handed over again
+one at a time. A handler that raises for one envelope ends the session (code 1011),
 so the envelope and everything after it are delivered again on the next session, after
 the backoff; an envelope whose handler failed :data:`MAX_HANDLER_ATTEMPTS` times is
 acknowledged and dropped (logged as an error) so that it cannot block the queue forever.
@@ -29,8 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import fcntl
 import logging
 import random
+import struct
+import termios
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -75,6 +80,9 @@ MAX_BATCH: Final = 64
 MAX_BATCH_CIPHERTEXT: Final = 4 * 1024 * 1024
 """Ciphertext handed to the handler at once, at most (beyond the first delivery's): what
 it opens together stays in memory together."""
+CATCH_UP_PASSES: Final = 16
+"""Loop passes a delivery waits at most for the frames behind it (each pass reads up to
+256 KiB from the connection: 16 of them, a batch's ciphertext)."""
 
 
 class Outbox(Protocol):
@@ -364,7 +372,10 @@ class RelayClient:
         held: Deliver | None = None
         """A delivery taken from the queue that did not fit in the batch before."""
         while True:
-            batch, held = _gather(held or await deliveries.get(), deliveries)
+            if held is None:
+                held = await deliveries.get()
+                await _catch_up(ws, deliveries)
+            batch, held = _gather(held, deliveries)
             session.handling = True
             try:
                 outcomes = await self._handle_batch(batch)
@@ -538,6 +549,30 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> list[Exception]:
         for result in results
         if isinstance(result, Exception) and not isinstance(result, ConnectionClosed)
     ]
+
+
+async def _catch_up(ws: ClientConnection, deliveries: asyncio.Queue[Deliver]) -> None:
+    """While bytes wait unread on the connection (frames right behind the delivery just
+    taken), let the reader take them, up to a batch: a pass of the loop each."""
+    passes = 0
+    while passes < CATCH_UP_PASSES and deliveries.qsize() < MAX_BATCH and _unread_bytes(ws):
+        await asyncio.sleep(0)
+        passes += 1
+    if passes:
+        await asyncio.sleep(0)  # the reader queues the frame the last read completed
+
+
+def _unread_bytes(ws: ClientConnection) -> int:
+    """Bytes received on the connection's socket and not yet read (0 if it cannot tell)."""
+    sock = ws.transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        unread = fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4))
+    except OSError:
+        return 0
+    count: int = struct.unpack("i", unread)[0]
+    return count
 
 
 def _gather(
