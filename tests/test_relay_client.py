@@ -311,7 +311,6 @@ async def test_an_idle_client_takes_the_frames_already_behind_a_delivery_with_it
     handler alone while the others are still being read (each would cost a commit)."""
     a = Peer(relay.url, alice)
     a.start()
-
     # 6 of 400 kB of ciphertext: each longer than a read from the socket, all in one batch.
     large = await _stored_large(relay, a, bob, 6, 300_000)
     assert await batches_handed_over(relay.url, bob, large, busy=False) == [6]

@@ -571,8 +571,7 @@ def _unread_bytes(ws: ClientConnection) -> int:
         unread = fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4))
     except OSError:
         return 0
-    count: int = struct.unpack("i", unread)[0]
-    return count
+    return int(struct.unpack("i", unread)[0])
 
 
 def _gather(
