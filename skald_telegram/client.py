@@ -140,6 +140,7 @@ class _Api:
         timeout: float,
         grant_key: str | None,
         grant_label: str | None,
+        grant_scope: Mapping[str, str] | None = None,
     ) -> _Request:
         body: dict[str, Any] = {
             "tool": tool, "arguments": dict(arguments or {}), "timeout": timeout,
@@ -149,6 +150,7 @@ class _Api:
             ("blocks", blocks),
             ("grant_key", grant_key),
             ("grant_label", grant_label),
+            ("grant_scope", None if grant_scope is None else dict(grant_scope)),
         ):
             if value is not None:
                 body[name] = value
@@ -254,9 +256,13 @@ class AgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         grant_key: str | None = None,
         grant_label: str | None = None,
+        grant_scope: Mapping[str, str] | None = None,
     ) -> str:
-        """Put an approval in front of the paired devices; its item id."""
-        request = _Api.approval(tool, summary, arguments, blocks, timeout, grant_key, grant_label)
+        """Put an approval in front of the paired devices; its item id. ``grant_key``
+        offers a script's grant; ``grant_scope`` (``kind``, ``key``, ``label``) is what the
+        hooks and the MCP gateway offer instead."""
+        request = _Api.approval(tool, summary, arguments, blocks, timeout, grant_key,
+                                grant_label, grant_scope)
         return str(self._send(request)["item_id"])
 
     def submit_question(
@@ -392,8 +398,10 @@ class AsyncAgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         grant_key: str | None = None,
         grant_label: str | None = None,
+        grant_scope: Mapping[str, str] | None = None,
     ) -> str:
-        request = _Api.approval(tool, summary, arguments, blocks, timeout, grant_key, grant_label)
+        request = _Api.approval(tool, summary, arguments, blocks, timeout, grant_key,
+                                grant_label, grant_scope)
         return str((await self._send(request))["item_id"])
 
     async def submit_question(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bot.agenthost import grants as gr
 from bot.agenthost.service import AgentHost, Refusal
 from bot.agenthost.store import AgentStore
 from bot.clock import Clock as SystemClock
@@ -33,8 +34,11 @@ from bot.testing.replay import MemoryReplayGuard
 RELAY = "ws://127.0.0.1:9/v1/connect"
 T0 = 1_800_000_000_000
 ADA = Person("Ada Lovelace", 4242, "ada")
-KEY = "Claude Code|s1|shell|git status"
+HOOK_KEY = "Claude Code|s1|shell|git status"
 LABEL = "`git status` in this session"
+OFFER = gr.scope_offer("hook", HOOK_KEY, LABEL)
+KEY = OFFER.key
+"""The key the host offers and keeps for the hook's scope."""
 
 
 class Clock(SystemClock):
@@ -101,7 +105,8 @@ def world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock]]:
     store = AgentStore(tmp_path / "agent")
     device = Identity.generate("Telegram @bot")
     store.add_device(device.card, "telegram", clock())
-    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock,
+                     on_relay=lambda: True)
     yield host, Phone(host, device, clock), clock
     store.close()
 
@@ -109,7 +114,7 @@ def world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock]]:
 def git_status(host: AgentHost, command: str = "git status -s", **extra: Any) -> Any:
     return host.submit_approval(tool="Bash", summary=f"run: {command}",
                                 arguments={"command": command, **extra}, blocks=None,
-                                timeout_s=600, grant_key=KEY, grant_label=LABEL)
+                                timeout_s=600, grant=OFFER)
 
 
 async def test_a_grant_covers_its_key_until_it_expires(
@@ -138,7 +143,8 @@ async def test_a_grant_covers_its_key_until_it_expires(
 
     asks = host.submit_approval(tool="Bash", summary="run: git log", arguments={},
                                 blocks=None, timeout_s=600,
-                                grant_key="Claude Code|s1|shell|git log", grant_label="x")
+                                grant=gr.scope_offer("hook", "Claude Code|s1|shell|git log",
+                                                     "x"))
     assert asks.pending
 
     clock.advance(13)
@@ -169,7 +175,7 @@ async def test_no_offer_for_a_secret_and_a_key_never_widens(
     host, phone, _clock = world
     secret = host.submit_approval(
         tool="Bash", summary="run: git status", arguments={"api_key": "sk-live-123456789"},
-        blocks=None, timeout_s=600, grant_key=KEY, grant_label=LABEL)
+        blocks=None, timeout_s=600, grant=OFFER)
     assert "grant_offer" not in secret.wire
 
     item = git_status(host)
@@ -177,9 +183,9 @@ async def test_no_offer_for_a_secret_and_a_key_never_widens(
     (grant,) = host.grants()
     assert grant.expires_ms - grant.granted_ms == 120 * 60_000  # the offer's max_minutes
     wider = host.submit_approval(tool="Bash", summary="run: git status", arguments={},
-                                 blocks=None, timeout_s=600, grant_key=KEY,
-                                 grant_label="every git command")
-    assert wider.state.value == "approved"
+                                 blocks=None, timeout_s=600,
+                                 grant=gr.scope_offer("hook", HOOK_KEY, "every git command"))
+    assert wider.pending  # other words: another key
     assert host.grants()[0].label == LABEL
 
 
@@ -189,7 +195,8 @@ async def test_revoked_from_a_device_or_here_and_kept_over_a_restart(
     await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 30))
     (grant,) = host.grants()
 
-    restarted = AgentHost(host.store, host.identity, RELAY, clock=clock)
+    restarted = AgentHost(host.store, host.identity, RELAY, clock=clock,
+                          on_relay=lambda: True)
     assert [g.grant_id for g in restarted.grants()] == [grant.grant_id]
     assert git_status(restarted).state.value == "approved"
 

@@ -3,6 +3,8 @@ too complex, destructive or wrapped to grant."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bot.integrations.describe import ToolCall
@@ -49,21 +51,25 @@ def test_hook_scopes_are_per_session_and_narrow() -> None:
     assert hook_scope(_call("Bash", command="git log"), "s1") != status
     assert hook_scope(_call("Bash", command="git status"), None) is None
 
-    edit = hook_scope(_call("Edit", file_path="src/app.py", old_string="a", new_string="b"),
+    edit = hook_scope(replace(_call("Edit", file_path="src/app.py", old_string="a",
+                                    new_string="b"), real_path="/work/project/src/app.py"),
                       "s1")
     assert edit is not None and edit.label == "edits in /work/project/src in this session"
-    assert hook_scope(_call("Write", file_path="/work/project/src/new.py", content=""),
-                      "s1") == edit
-    assert hook_scope(_call("Write", file_path="/work/project/other.py", content=""),
-                      "s1") != edit
+    assert hook_scope(replace(_call("Write", file_path="/work/project/src/new.py", content=""),
+                              real_path="/work/project/src/new.py"), "s1") == edit
+    assert hook_scope(replace(_call("Write", file_path="/work/project/other.py", content=""),
+                              real_path="/work/project/other.py"), "s1") != edit
     assert hook_scope(_call("WebFetch", url="https://example.com"), "s1") is None
 
     mcp = hook_scope(ToolCall("Claude Code", "mcp__github__create_issue", {},
                               mcp_server="github", mcp_tool="create_issue"), "s1")
     assert mcp is not None and mcp.label == "`create_issue` of github in this session"
-    assert gateway_scope("github", "create_issue").label == "`create_issue` of github"
+    assert gateway_scope(["npx", "github-mcp"], "create_issue").label == (
+        "`create_issue` of npx github-mcp")
 
 
 def test_a_long_scope_keeps_the_key_within_the_protocol_limit() -> None:
-    scope = hook_scope(_call("Write", file_path="/" + "d/" * 200 + "f.py", content=""), "s1")
+    path = "/" + "d/" * 200 + "f.py"
+    scope = hook_scope(replace(_call("Write", file_path=path, content=""), real_path=path),
+                       "s1")
     assert scope is not None and len(scope.key) <= 200 and len(scope.label) <= 200

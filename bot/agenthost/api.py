@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bot.agenthost.grants import MAX_KEY_CHARS
+from bot.agenthost import grants as gr
 from bot.agenthost.service import MAX_TIMEOUT_S, AgentHost, Refusal
 from bot.errors import PayloadError, SkaldError
 from bot.protocol.encoding import loads_limited
@@ -34,6 +34,8 @@ MAX_SUMMARY_CHARS: Final = 2000
 MAX_QUESTION_CHARS: Final = 4000
 MAX_OPTIONS: Final = 20
 MAX_OPTION_CHARS: Final = 64
+MAX_GRANT_CHARS: Final = 200
+"""The longest key or label a caller may name for a grant."""
 DEFAULT_TIMEOUT_S: Final = 600.0
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -134,10 +136,29 @@ async def create_approval(request: Request) -> Response:
         arguments=arguments,
         blocks=_blocks(body.get("blocks")),
         timeout_s=_timeout(body),
-        grant_key=_text(body, "grant_key", MAX_KEY_CHARS, required=False),
-        grant_label=_text(body, "grant_label", MAX_KEY_CHARS, required=False),
+        grant=_grant_offer(body),
     )
     return JSONResponse({"item_id": item.item_id}, status_code=201)
+
+
+def _grant_offer(body: dict[str, Any]) -> gr.Offer | None:
+    """The grant an approval offers, in the namespace of the field it came in: a script's
+    ``grant_key`` (and ``grant_label``), or the ``grant_scope`` of a hook or the gateway."""
+    key = _text(body, "grant_key", MAX_GRANT_CHARS, required=False)
+    label = _text(body, "grant_label", MAX_GRANT_CHARS, required=False)
+    scope = body.get("grant_scope")
+    if scope is None:
+        return None if key is None else gr.script_offer(key, label)
+    if key is not None or label is not None:
+        raise Refusal(400, "grant_scope goes without grant_key and grant_label", "grant_scope")
+    if not isinstance(scope, dict) or scope.get("kind") not in gr.SCOPE_KINDS:
+        raise Refusal(400, "grant_scope must be an object with kind (hook or gateway), key "
+                           "and label", "grant_scope")
+    return gr.scope_offer(
+        scope["kind"],
+        str(_text(scope, "key", MAX_GRANT_CHARS, required=True)),
+        str(_text(scope, "label", MAX_GRANT_CHARS, required=True)),
+    )
 
 
 async def create_question(request: Request) -> Response:

@@ -1,19 +1,37 @@
 """The agent host's grants (pure: no I/O).
 
 A grant lets the calls under one key run without asking until it expires or is revoked.
-The host offers one with an approval only when the caller names a key (the hooks and the
-gateway derive a narrow one; ``ask`` and the API pass theirs) and the arguments hold no
-secret. A decision may take the offer for at most its ``max_minutes``; a key the host did
-not offer for that approval is refused, and the approval itself still applies. A grant's
-key and label are fixed when it is given: nothing ever widens one.
+The host offers one with an approval only when the caller names a key and the arguments
+hold no secret. A decision may take the offer for at most its ``max_minutes``; a key the
+host did not offer for that approval is refused, and the approval itself still applies. A
+grant's key and label are fixed when it is given: nothing ever widens one.
+
+Every key lives in a namespace the host puts it in, from the field the caller used, so
+that keys of one kind of caller can never cover another's calls:
+
+- ``script:`` keys come from ``grant_key`` (``ask``, scripts, the API). A script names
+  its key and label freely, so the label a person is shown starts with "offered by a
+  script: key `…`": no script can dress its grant up as a hook's.
+- ``hook:`` and ``gateway:`` keys come from ``grant_scope``, which the hooks and the MCP
+  gateway send: the key they derived from the call, and its label. The host keys the
+  grant on both together (a digest of the pair), so the words a person approves are part
+  of the key: a grant covers only calls whose own hook or gateway derived the very same
+  key *and* the very same words. Any process may send a ``grant_scope``, but whatever it
+  sends, the label shown is the one the covered calls carry themselves.
+
+A grant also lapses when the host has been off the relay for longer than
+:data:`OFFLINE_LAPSE_MS`: a revoke a person sent cannot reach a host that is off the
+relay, and this bounds how long such a grant can go on regardless.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from bot.agenthost.items import iso_ms
 from bot.protocol.payloads import MAX_GRANT_KEY_CHARS, MAX_GRANT_TEXT_CHARS, GrantRequest
@@ -22,6 +40,12 @@ OFFER_MAX_MINUTES: Final = 120
 """The longest grant the host offers with an approval."""
 MAX_KEY_CHARS: Final = MAX_GRANT_KEY_CHARS
 MAX_LABEL_CHARS: Final = MAX_GRANT_TEXT_CHARS
+OFFLINE_LAPSE_MS: Final = 5 * 60_000
+"""A grant lapses once the host has been off the relay this long (5 minutes)."""
+
+ScopeKind = Literal["hook", "gateway"]
+SCOPE_KINDS: Final[tuple[ScopeKind, ...]] = ("hook", "gateway")
+SCRIPT_NAMESPACE: Final = "script"
 
 
 @dataclass(frozen=True)
@@ -74,15 +98,44 @@ class Offer:
         return {"key": self.key, "label": self.label, "max_minutes": OFFER_MAX_MINUTES}
 
 
-def offer_for(key: str | None, label: str | None, blocks: Iterable[Mapping[str, Any]]) -> \
-        Offer | None:
-    """The offer an approval carries: none without a key, or when a block is a secret
+def script_offer(key: str, label: str | None) -> Offer:
+    """The offer for a key a script named (``grant_key``): in the script namespace, and
+    labelled as a script's, with its key, before anything the script says of it."""
+    shown = f"offered by a script: key `{key}`"
+    if label and label != key:
+        shown = f"{shown} — {label}"
+    return Offer(_namespaced(SCRIPT_NAMESPACE, key), shown[:MAX_LABEL_CHARS])
+
+
+def scope_offer(kind: ScopeKind, key: str, label: str) -> Offer:
+    """The offer for a scope a hook or the gateway derived (``grant_scope``): keyed on
+    the key and the label together, in that kind's namespace."""
+    pair = json.dumps([key, label], ensure_ascii=False, separators=(",", ":"))
+    digest = hashlib.sha256(pair.encode()).hexdigest()
+    return Offer(f"{kind}:{digest}", label[:MAX_LABEL_CHARS])
+
+
+def offer_for(offer: Offer | None, blocks: Iterable[Mapping[str, Any]]) -> Offer | None:
+    """The offer an approval carries: none without one, or when a block is a secret
     (a grant must never cover a call that holds a credential)."""
-    if not key:
+    if offer is None:
         return None
     if any(block.get("value_type") == "secret" for block in blocks):
         return None
-    return Offer(key[:MAX_KEY_CHARS], (label or key)[:MAX_LABEL_CHARS])
+    return offer
+
+
+def lapsed(off_relay_since_ms: int | None, now_ms: int) -> bool:
+    """Whether the grants in force lapse now: the host has been off the relay since
+    ``off_relay_since_ms`` (None: it is on it) for longer than :data:`OFFLINE_LAPSE_MS`."""
+    return off_relay_since_ms is not None and now_ms - off_relay_since_ms > OFFLINE_LAPSE_MS
+
+
+def _namespaced(namespace: str, key: str) -> str:
+    full = f"{namespace}:{key}"
+    if len(full) <= MAX_KEY_CHARS:
+        return full
+    return f"{namespace}:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 def give(

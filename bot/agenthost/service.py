@@ -58,6 +58,10 @@ MAX_UPDATE_BYTES: Final = (MAX_ENVELOPE_BYTES * 3) // 4 - 64 * 1024
 PAIRING_TTL_S: Final = 900.0
 EXPIRY_TICK_S: Final = 1.0
 """The longest the expiry loop sleeps: an injected clock may jump."""
+ON_RELAY_SAVE_MS: Final = 30_000
+"""How often the time the host was last on the relay is saved while it is on it: after a
+restart, the grants lapse counting from the last time saved."""
+_ON_RELAY_META: Final = "on_relay_ms"
 
 
 class Refusal(SkaldError):
@@ -81,7 +85,10 @@ class AgentHost:
         clock: Clock = SYSTEM_CLOCK,
         notifications: bool = False,
         relay_options: Mapping[str, Any] | None = None,
+        on_relay: Callable[[], bool] | None = None,
     ) -> None:
+        """``on_relay`` says whether the host has a live relay session now (default: its
+        relay client's state)."""
         self.store = store
         self.identity = identity
         self.relay_url = relay_url
@@ -94,10 +101,15 @@ class AgentHost:
         self._expiry_wake = asyncio.Event()
         self._grants_shown: frozenset[str] | None = None
         """The grants in force the devices were last told of."""
+        saved = store.get_meta(_ON_RELAY_META)
+        self._on_relay_ms = int(saved) if saved else clock.now_ms()
+        """The last moment the host was seen on the relay (see :meth:`lapse_if_off_relay`)."""
+        self._on_relay_saved_ms = self._on_relay_ms
         self.relay = RelayClient(
             relay_url, identity, handler=one_at_a_time(self._on_envelope), outbox=store,
             **dict(relay_options or {}),
         )
+        self._on_relay = on_relay or (lambda: self.relay.connected)
 
     @property
     def name(self) -> str:
@@ -119,17 +131,17 @@ class AgentHost:
         arguments: Mapping[str, Any],
         blocks: list[dict[str, Any]] | None,
         timeout_s: float,
-        grant_key: str | None = None,
-        grant_label: str | None = None,
+        grant: gr.Offer | None = None,
     ) -> Item:
-        """Store a new approval and show it to every paired device; with a ``grant_key``
-        it offers a grant for the calls under that key (unless the arguments hold a
-        secret), and a call a grant in force covers is approved at once."""
+        """Store a new approval and show it to every paired device; with a ``grant`` it
+        offers a grant for the calls under that key (unless the arguments hold a secret),
+        and a call a grant in force covers is approved at once."""
         now = self._clock.now_ms()
         item_id = it.new_item_id(Kind.APPROVAL)
         summary = summary or default_summary(tool, arguments)
         blocks = describe_arguments(arguments) if blocks is None else blocks
-        offer = gr.offer_for(grant_key, grant_label, blocks)
+        offer = gr.offer_for(grant, blocks)
+        self.lapse_if_off_relay()
         covering = gr.covering(self.store.grants_in_force(now), offer.key if offer else None, now)
         wire = it.approval_wire(
             item_id,
@@ -485,8 +497,34 @@ class AgentHost:
             except SkaldError as exc:
                 log.error("cannot expire items: %s", exc)
 
+    def lapse_if_off_relay(self) -> None:
+        """End every grant in force once the host has been off the relay for longer than
+        :data:`~bot.agenthost.grants.OFFLINE_LAPSE_MS`: a revoke cannot reach it there, so
+        no grant goes on unchecked for longer. The devices are told when it is back."""
+        now = self._clock.now_ms()
+        if self._on_relay():
+            self._on_relay_ms = now
+            if now - self._on_relay_saved_ms >= ON_RELAY_SAVE_MS:
+                self.store.set_meta(_ON_RELAY_META, str(now))
+                self._on_relay_saved_ms = now
+            return
+        if not gr.lapsed(self._on_relay_ms, now):
+            return
+        in_force = self.store.grants_in_force(now)
+        if not in_force:
+            return
+        with self.store.transaction():
+            for grant in in_force:
+                self.store.end_grant(grant.grant_id, now)
+            self._broadcast(self._peers.values())
+        log.warning("ended %d grant(s): off the relay since %s", len(in_force),
+                    it.iso_ms(self._on_relay_ms))
+        self._after_change()
+
     def expire_due(self) -> list[Item]:
-        """End every pending item whose time has run out."""
+        """End every pending item whose time has run out, and every grant when the host
+        has been off the relay too long."""
+        self.lapse_if_off_relay()
         now = self._clock.now_ms()
         ended = [it.end(item, State.EXPIRED, now) for item in it.due(self.store.open_items(), now)]
         done = [item for item in ended if item is not None]

@@ -52,10 +52,14 @@ async def ask_person(
     on_error: OnError = "deny",
     grant_key: str | None = None,
     grant_label: str | None = None,
+    grant_kind: Literal["hook", "gateway"] = "hook",
 ) -> Verdict:
     """Submit an approval, wait up to ``timeout`` seconds, and judge the outcome. With a
-    ``grant_key`` the approval offers a grant, and a call a grant in force covers is
-    approved at once (the verdict's reason names the grant)."""
+    ``grant_key`` (and its ``grant_label``) the approval offers a grant of a hook or of
+    the gateway (``grant_kind``), and a call a grant in force covers is approved at once
+    (the verdict's reason names the grant)."""
+    scope = None if grant_key is None else {
+        "kind": grant_kind, "key": grant_key, "label": grant_label or grant_key}
     try:
         client = connect()
     except Exception as exc:  # fail closed: whatever went wrong, the answer is not an allow
@@ -63,7 +67,7 @@ async def ask_person(
     try:
         item_id = await client.submit_approval(
             tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
-            grant_key=grant_key, grant_label=grant_label,
+            grant_scope=scope,
         )
         outcome = await _wait_or_withdraw(client, item_id, timeout)
     except Exception as exc:  # fail closed, as above

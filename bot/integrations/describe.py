@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,10 @@ class ToolCall:
     """Set for an MCP tool, with :attr:`mcp_tool` its name on that server."""
     mcp_tool: str | None = None
     tool_description: str | None = None
+    real_path: str | None = None
+    """Where the file a write or an edit names resolves on this machine (symlinks followed,
+    ``..`` taken after them, as the kernel does), found by the hook; None when it was not
+    resolved (then the call offers no grant)."""
 
 
 @dataclass(frozen=True)
@@ -165,18 +170,18 @@ def _write(call: ToolCall, read: FileReader) -> Description:
     content = call.arguments.get("content", call.arguments.get("contents", ""))
     new = content if isinstance(content, str) else json.dumps(content, indent=2)
     old = read(path)
-    blocks = [_kv("File", path, "path")]
+    blocks = [_kv("File", path, "path"), *_symlink_rows(call, path)]
     if old is None:
         blocks.append(_kv("Status", "new file", "string"))
     blocks.append(_diff_block(path, old, new))
-    return Description(_summary(call, f"write {path}"), blocks)
+    return Description(_summary(call, f"write {_shown_path(call, path)}"), blocks)
 
 
 def _edit(call: ToolCall, read: FileReader) -> Description:
     path = _resolved(call)
     old = read(path)
     edits = _edits(call.arguments)
-    blocks = [_kv("File", path, "path")]
+    blocks = [_kv("File", path, "path"), *_symlink_rows(call, path)]
     new, missing = _apply(old or "", edits)
     if old is None:
         blocks.append(_kv("Status", "the file does not exist yet", "string"))
@@ -187,7 +192,23 @@ def _edit(call: ToolCall, read: FileReader) -> Description:
             blocks.append(_diff_block(path, before, after))
     else:
         blocks.append(_diff_block(path, old, new))
-    return Description(_summary(call, f"edit {path}"), blocks)
+    return Description(_summary(call, f"edit {_shown_path(call, path)}"), blocks)
+
+
+def _through_symlink(call: ToolCall, path: str) -> bool:
+    """Whether ``path`` is, or passes through, a symlink (it resolves elsewhere than it
+    reads once ``.`` and ``..`` are taken out as text)."""
+    return call.real_path is not None and call.real_path != posixpath.normpath(path)
+
+
+def _symlink_rows(call: ToolCall, path: str) -> list[Block]:
+    if not _through_symlink(call, path):
+        return []
+    return [_kv("Symlink", f"{path} → {call.real_path}", "string")]
+
+
+def _shown_path(call: ToolCall, path: str) -> str:
+    return f"{path} → {call.real_path}" if _through_symlink(call, path) else path
 
 
 def _patch(call: ToolCall) -> Description:

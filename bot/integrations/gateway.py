@@ -43,11 +43,13 @@ class Gateway:
     """Decides and forwards the calls of one client session."""
 
     def __init__(
-        self, upstream: ClientSession, server_name: str, policy: Policy, connect: Connect,
-        timeout: float,
+        self, upstream: ClientSession, command: Sequence[str], server_name: str,
+        policy: Policy, connect: Connect, timeout: float,
     ) -> None:
         self.upstream = upstream
         self.server_name = server_name
+        self.command = tuple(command)
+        """The upstream's command line: what its grants are keyed on."""
         self.policy = policy
         self.connect = connect
         self.timeout = timeout
@@ -80,11 +82,11 @@ class Gateway:
             call = ToolCall("An MCP client", name, arguments, mcp_server=self.server_name,
                             mcp_tool=name, tool_description=await self.description(name))
             description = describe(call, lambda _: None)
-            scope = gateway_scope(self.server_name, name)
+            scope = gateway_scope(self.command, name)
             verdict = await ask_person(
                 self.connect, tool=name, summary=description.summary, arguments=arguments,
                 blocks=description.blocks, timeout=self.timeout, grant_key=scope.key,
-                grant_label=scope.label,
+                grant_label=scope.label, grant_kind="gateway",
             )
             if verdict.decision != "allow":
                 return _error(f"{verdict.reason}; {name} was not called")
@@ -149,7 +151,7 @@ async def run_gateway(
                 f"the upstream MCP server ({' '.join(command)}) did not start: {one_line(exc)}"
             ) from exc
         name = initialized.server_info.name if initialized.server_info else command[0]
-        gateway = Gateway(upstream, name, policy, connect, timeout)
+        gateway = Gateway(upstream, command, name, policy, connect, timeout)
         server: Server[Any] = Server(
             f"skald-telegram gateway for {name}",
             version=initialized.server_info.version if initialized.server_info else "",

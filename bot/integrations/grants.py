@@ -3,7 +3,9 @@
 The scope is always narrow: one program and subcommand in one agent session for a shell
 command (``git status -s`` offers "`git status` in this session", which then covers
 ``git status --porcelain`` and nothing else), one program for a plain program such as
-``ls`` or ``pytest``, edits in one directory in one session, one tool of one MCP server.
+``ls`` or ``pytest``, edits in one directory in one session (the directory the file
+resolves to on this machine, symlinks followed), one tool of one MCP server (of the
+gateway: one tool of the upstream started with one command line).
 A command that chains, pipes, redirects or substitutes, runs under another program
 (``sudo``, ``env``, a shell), destroys (``rm``, ``dd``, ``kill``, …) or starts with a
 variable assignment gets no grant at all; neither does a call without a session. The
@@ -16,6 +18,7 @@ import hashlib
 import posixpath
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,7 +69,11 @@ def hook_scope(call: ToolCall, session: str | None) -> Scope | None:
         return None
     kind, value = target
     if kind == "edit":
-        folder = posixpath.dirname(posixpath.normpath(value)) or "."
+        # The folder the file really is in: a symlink anywhere on the way (or swapped in
+        # after a grant) leads elsewhere, and so under another key.
+        if call.real_path is None or not posixpath.isabs(call.real_path):
+            return None
+        folder = posixpath.dirname(call.real_path)
         return _scope(f"{where}|edit|{folder}", f"edits in {folder} in this session")
     program = command_scope(value)
     if program is None:
@@ -74,9 +81,12 @@ def hook_scope(call: ToolCall, session: str | None) -> Scope | None:
     return _scope(f"{where}|shell|{program}", f"`{program}` in this session")
 
 
-def gateway_scope(server: str, tool: str) -> Scope:
-    """The grant a call through the MCP gateway may offer: that tool of that server."""
-    return _scope(f"gateway|{server}|{tool}", f"`{tool}` of {server}")
+def gateway_scope(upstream: Sequence[str], tool: str) -> Scope:
+    """The grant a call through the MCP gateway may offer: that tool of the upstream
+    started with the command line ``upstream`` (never the name the upstream gives itself,
+    which it may choose to match another server's)."""
+    command = shlex.join(upstream)
+    return _scope(f"gateway|{command}|{tool}", f"`{tool}` of {command}")
 
 
 def command_scope(command: str) -> str | None:

@@ -4,14 +4,16 @@ agent host, and turn the verdict into that agent's answer."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 from bot.integrations import claude_code, codex, cursor, gemini
 from bot.integrations.approval import Connect, OnError, ask_person, failure
 from bot.integrations.contract import HookAnswer, HookContract, HookInputError
-from bot.integrations.describe import FileReader, describe
+from bot.integrations.describe import FileReader, ToolCall, call_target, describe
 from bot.integrations.grants import hook_scope
 
 CONTRACTS: Final[Mapping[str, HookContract]] = {
@@ -25,6 +27,9 @@ CONTRACTS: Final[Mapping[str, HookContract]] = {
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 """A larger file is not diffed: the card says so instead."""
 
+PathResolver = Callable[[str], "str | None"]
+"""Where an absolute path really leads on this machine, or None when that cannot be told."""
+
 
 async def run_hook(
     contract: HookContract,
@@ -34,6 +39,7 @@ async def run_hook(
     timeout: float,
     on_error: OnError = "deny",
     read: FileReader | None = None,
+    resolve: PathResolver | None = None,
 ) -> HookAnswer:
     """The answer to one hook event ``raw`` (the JSON the agent wrote on stdin)."""
     event_name: str | None = None
@@ -46,8 +52,9 @@ async def run_hook(
         event = contract.parse(data)
     except (ValueError, HookInputError) as exc:
         return contract.answer(event_name, failure(f"unreadable hook input: {exc}", on_error))
-    description = describe(event.call, read or read_text_file)
-    scope = hook_scope(event.call, event.session)
+    call = with_real_path(event.call, resolve or real_path)
+    description = describe(call, read or read_text_file)
+    scope = hook_scope(call, event.session)
     verdict = await ask_person(
         connect,
         tool=event.call.tool,
@@ -60,6 +67,31 @@ async def run_hook(
         grant_label=scope.label if scope else None,
     )
     return contract.answer(event.name, verdict)
+
+
+def with_real_path(call: ToolCall, resolve: PathResolver) -> ToolCall:
+    """``call`` with :attr:`~ToolCall.real_path` set for a write or an edit whose path is
+    absolute once joined to the agent's working directory (a relative one is left
+    unresolved: this process's own directory says nothing of the agent's)."""
+    target = call_target(call)
+    if target is None or target[0] != "edit" or not target[1].startswith("/"):
+        return call
+    return replace(call, real_path=resolve(target[1]))
+
+
+def real_path(path: str) -> str | None:
+    """Where ``path`` leads: symlinks followed, ``..`` taken after each as the kernel does;
+    None for a symlink loop or a path the system cannot take."""
+    try:
+        real = os.path.realpath(path)
+        probe = real
+        while probe != "/":
+            if os.path.islink(probe):
+                return None  # a loop stopped the resolution half way
+            probe = os.path.dirname(probe)
+    except (OSError, ValueError):
+        return None
+    return real
 
 
 def read_text_file(path: str) -> str | None:

@@ -1,18 +1,30 @@
 """The gateway's policy: for each tool name, ``allow``, ``ask`` or ``deny``.
 
-A TOML file with one table, ``[tools]``, mapping tool-name globs to a rule; the first
-entry in file order whose glob matches wins, and a tool no entry matches is asked about::
+A TOML file with one table, ``[tools]``, mapping tool-name globs to a rule::
 
     [tools]
     "read_*" = "allow"
     "write_*" = "deny"
     "*" = "ask"
+
+How a tool name is matched, so that an upstream cannot slip a tool past a rule by how it
+spells its name:
+
+- A glob and a tool name are compared in one form: NFKC-normalised (``ｗｒｉｔｅ`` is
+  ``write``), case-folded (``WRITE_FILE`` is ``write_file``), with format characters such
+  as zero-width spaces (Unicode category Cf) taken out.
+- A ``deny`` whose glob matches wins over every other entry, wherever it stands in the
+  file. Otherwise the first matching entry in file order decides, and a tool no entry
+  matches is asked about.
+- A name that held format or control characters is never allowed without asking: an
+  ``allow`` for it becomes ``ask``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import tomllib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, cast
@@ -33,17 +45,36 @@ class Policy:
     entries: tuple[tuple[str, Rule], ...] = ()
 
     def rule_for(self, tool: str) -> Rule:
-        for glob, rule in self.entries:
-            if fnmatch.fnmatchcase(tool, glob):
-                return rule
-        return DEFAULT_RULE
+        entry = self._deciding(tool)
+        rule = DEFAULT_RULE if entry is None else entry[1]
+        if rule == "allow" and canonical_name(tool) != _folded(tool):
+            return "ask"  # it hid characters: a person sees it first
+        return rule
 
     def source_for(self, tool: str) -> str:
         """Which entry decided ``tool``, for messages."""
-        for glob, _ in self.entries:
-            if fnmatch.fnmatchcase(tool, glob):
-                return f'"{glob}"'
-        return "the default"
+        entry = self._deciding(tool)
+        return "the default" if entry is None else f'"{entry[0]}"'
+
+    def _deciding(self, tool: str) -> tuple[str, Rule] | None:
+        name = canonical_name(tool)
+        matching = [(glob, rule) for glob, rule in self.entries
+                    if fnmatch.fnmatchcase(name, canonical_name(glob))]
+        denying = [entry for entry in matching if entry[1] == "deny"]
+        found = denying or matching
+        return found[0] if found else None
+
+
+def canonical_name(name: str) -> str:
+    """The form globs and tool names are compared in: NFKC, case-folded, without format or
+    control characters."""
+    return "".join(char for char in _folded(name)
+                   if unicodedata.category(char) not in ("Cf", "Cc"))
+
+
+def _folded(name: str) -> str:
+    # NFKC again after folding: folding may leave a form that normalises further.
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
 
 
 def parse_policy(text: str, where: str = "policy") -> Policy:
