@@ -211,3 +211,94 @@ async def test_revoked_from_a_device_or_here_and_kept_over_a_restart(
     assert phone.last_update().grants == ()
     with pytest.raises(Refusal, match="no grant"):
         host.revoke_grant(second.grant_id)
+
+
+@pytest.fixture
+def offline_world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock, list[bool]]]:
+    """A host whose relay session the test turns on and off (``online[0]``)."""
+    clock, online = Clock(), [True]
+    store = AgentStore(tmp_path / "agent")
+    device = Identity.generate("Telegram @bot")
+    store.add_device(device.card, "telegram", clock())
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock,
+                     on_relay=lambda: online[0])
+    yield host, Phone(host, device, clock), clock, online
+    store.close()
+
+
+async def test_a_grant_lapses_after_five_minutes_off_the_relay(
+        offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
+    host, phone, clock, online = offline_world
+    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
+    host.expire_due()
+    online[0] = False
+    clock.advance(4.9)
+    host.expire_due()
+    assert git_status(host).state.value == "approved"  # a short drop changes nothing
+    clock.advance(0.2)
+    host.expire_due()
+    assert host.grants() == [] and phone.last_update().grants == ()
+    assert git_status(host).pending
+    online[0] = True  # back on the relay: a lapsed grant stays ended
+    host.expire_due()
+    assert git_status(host).pending and host.grants() == []
+
+
+async def test_a_call_off_the_relay_too_long_is_asked_even_before_the_tick(
+        offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
+    host, phone, clock, online = offline_world
+    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
+    host.expire_due()
+    online[0] = False
+    clock.advance(30)
+    assert git_status(host).pending  # no tick ran meanwhile: the call itself checks
+
+
+async def test_a_restarted_host_counts_the_time_it_was_stopped(
+        offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
+    host, phone, clock, online = offline_world
+    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
+    host.expire_due()  # on the relay: the moment is saved
+    clock.advance(3)
+    online[0] = False
+    soon = AgentHost(host.store, host.identity, RELAY, clock=clock, on_relay=lambda: False)
+    assert git_status(soon).state.value == "approved"  # 3 minutes off: still in force
+    clock.advance(7)
+    later = AgentHost(host.store, host.identity, RELAY, clock=clock, on_relay=lambda: False)
+    assert git_status(later).pending
+    assert later.grants() == []
+
+
+async def test_a_revoke_seen_ends_the_grant_for_every_later_call(
+        offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
+    host, phone, clock, online = offline_world
+    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
+    (grant,) = host.grants()
+    await phone.send(GrantRevoke(grant.grant_id, ADA, "2027-01-15T08:01:00Z"))
+    for command in ("git status", "git status -s", "git status --porcelain"):
+        assert git_status(host, command).pending
+    restarted = AgentHost(host.store, host.identity, RELAY, clock=clock,
+                          on_relay=lambda: True)
+    assert git_status(restarted).pending and restarted.grants() == []
+
+
+async def test_a_script_grant_never_covers_a_hook_call_nor_the_other_way(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, _clock = world
+    script = gr.script_offer(HOOK_KEY, LABEL)
+    item = host.submit_approval(tool="Bash", summary="run: git status", arguments={},
+                                blocks=None, timeout_s=600, grant=script)
+    offered = phone.last_update().approvals[0].grant_offer
+    assert offered is not None and offered.label == (
+        f"offered by a script: key `{HOOK_KEY}` — {LABEL}")
+    await phone.decide(item.item_id, grant=GrantRequest(script.key, 30))
+    assert [g.key for g in host.grants()] == [script.key]
+    assert git_status(host).pending  # the hook's own key, same words: not covered
+    again = host.submit_approval(tool="deploy", summary=None, arguments={}, blocks=None,
+                                 timeout_s=600, grant=gr.script_offer(HOOK_KEY, "other"))
+    assert again.state.value == "approved"  # a script's key covers the script's asks
+
+    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 30))
+    forged = gr.script_offer(KEY, LABEL)  # the hook grant's own key, named by a script
+    assert host.submit_approval(tool="Bash", summary="run: git status", arguments={},
+                                blocks=None, timeout_s=600, grant=forged).pending

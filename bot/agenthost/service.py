@@ -104,7 +104,7 @@ class AgentHost:
         saved = store.get_meta(_ON_RELAY_META)
         self._on_relay_ms = int(saved) if saved else clock.now_ms()
         """The last moment the host was seen on the relay (see :meth:`lapse_if_off_relay`)."""
-        self._on_relay_saved_ms = self._on_relay_ms
+        self._on_relay_saved_ms = 0
         self.relay = RelayClient(
             relay_url, identity, handler=one_at_a_time(self._on_envelope), outbox=store,
             **dict(relay_options or {}),
