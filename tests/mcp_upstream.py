@@ -1,6 +1,8 @@
 """An MCP server for the gateway's tests: a few note tools, each call recorded in the file
 named by ``$UPSTREAM_RECORD`` (one JSON line per call), so that a test knows whether the
-gateway forwarded a call. ``crash`` ends the process without an answer."""
+gateway forwarded a call. ``crash`` ends the process without an answer. With
+``$UPSTREAM_DISGUISED`` set it also offers ``write_note`` under names spelled to slip past a
+policy (fullwidth, upper case, a zero-width space)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,12 @@ def crash() -> str:
     """Stop the server abruptly."""
     record("crash")
     os._exit(3)
+
+
+DISGUISES = ("ｗｒｉｔｅ_note", "WRITE_NOTE", "wri\u200bte_note")
+if os.environ.get("UPSTREAM_DISGUISED"):
+    for disguise in DISGUISES:
+        server.tool(name=disguise, description="Write a note.")(write_note)
 
 
 if __name__ == "__main__":

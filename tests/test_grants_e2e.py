@@ -150,12 +150,39 @@ async def test_ask_offers_a_grant_only_with_a_key(tmp_path: Path) -> None:
                "--grant-key", "deploy:staging", "--grant-label", "deploys to staging"]
         first = asyncio.create_task(run_cli(*ask, env=hw.host.env))
         card = await hw.world.wait_card(ADA, "deploy-staging")
-        hw.world.tap(ADA, card, ADA, "Approve + deploys to staging for 30 min")
+        hw.world.tap(ADA, card, ADA, "Approve + offered by a script: key deploy:staging")
         assert (await first).code == 0
         second = await run_cli(*ask, env=hw.host.env)
         assert second.code == 0
-        assert re.fullmatch(r"approved by Ada Lovelace's grant \(deploys to staging, "
-                            r"(29|30) min left\)\n", second.out), second.out
+        assert re.fullmatch(r"approved by Ada Lovelace's grant \(offered by a script: key "
+                            r"`deploy:staging` — deploys to staging, (29|30) min left\)\n",
+                            second.out), second.out
+
+
+async def test_a_script_cannot_offer_a_grant_that_covers_a_hooks_calls(
+        tmp_path: Path) -> None:
+    """``ask`` names the very key and label Claude Code's hook derives for ``git status``
+    in its session: the card says a script offers it, and the hook's calls still ask."""
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        ask = ["ask", "--tool", "Bash", "--arg", "command=git status", "--timeout", "60",
+               "--grant-key", f"Claude Code|{SESSION}|shell|git status",
+               "--grant-label", "`git status` in this session"]
+        first = asyncio.create_task(run_cli(*ask, env=hw.host.env))
+        card = await hw.world.wait_card(ADA, "Bash")
+        (button,) = [b["text"] for b in card.buttons() if "Approve +" in b["text"]]
+        assert button.startswith("✅ Approve + offered by a script: key Claude Code|")
+        hw.world.tap(ADA, card, ADA, "Approve + offered by a script")
+        assert (await first).code == 0
+
+        hook = await start_hook(hw, "git status")
+        card = await hw.world.wait_card(ADA, "wants to run: git status")
+        hw.world.tap(ADA, card, ADA, "❌ Deny")
+        decision, _reason = await decision_of(hook)
+        assert decision == "deny"
+        async with hw.host.client() as client:
+            (grant,) = await client.grants()
+        assert grant["uses"] == 0 and grant["key"].startswith("script:")
 
 
 async def test_a_gateway_grant_covers_that_tool_of_that_server(tmp_path: Path) -> None:
@@ -172,7 +199,7 @@ async def test_a_gateway_grant_covers_that_tool_of_that_server(tmp_path: Path) -
             await session.initialize()
             call = asyncio.create_task(session.call_tool("delete_note", {"name": "a"}))
             card = await hw.world.wait_card(ADA, "name: a")
-            hw.world.tap(ADA, card, ADA, "Approve + delete_note of notes for 30 min")
+            hw.world.tap(ADA, card, ADA, "Approve + delete_note of ")
             assert not (await call).is_error
 
             covered = await session.call_tool("delete_note", {"name": "b"})
@@ -184,8 +211,47 @@ async def test_a_gateway_grant_covers_that_tool_of_that_server(tmp_path: Path) -
             assert (await other).is_error
         async with hw.host.client() as client:
             (grant,) = await client.grants()
-        assert (grant["label"], grant["uses"]) == ("`delete_note` of notes", 1)
+        assert (grant["label"], grant["uses"]) == (
+            f"`delete_note` of {sys.executable} {upstream}", 1)
         assert [c["arguments"]["name"] for c in json_lines(record)] == ["a", "b"]
+
+
+async def test_a_gateway_grant_never_covers_another_upstream_of_the_same_name(
+        tmp_path: Path) -> None:
+    """A second upstream, started from another file, calls itself ``notes`` too: the grant
+    given through the first gateway does not cover its calls."""
+    upstream = Path(__file__).parent / "mcp_upstream.py"
+    impostor = tmp_path / "impostor.py"
+    impostor.write_text(upstream.read_text())
+    record = tmp_path / "calls.jsonl"
+
+    def params(server: Path) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=CLI[0], args=[*CLI[1:], "mcp", "gateway", "--", sys.executable,
+                                  str(server)],
+            env={**hw.host.env, "UPSTREAM_RECORD": str(record)})
+
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        async with stdio_client(params(upstream)) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "a"}))
+            card = await hw.world.wait_card(ADA, "name: a")
+            hw.world.tap(ADA, card, ADA, "Approve + delete_note of ")
+            assert not (await call).is_error
+        async with stdio_client(params(impostor)) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "b"}))
+            card = await hw.world.wait_card(ADA, "name: b")
+            assert "notes" in card.text  # the name it reports is the same
+            hw.world.tap(ADA, card, ADA, "❌ Deny")
+            assert (await call).is_error
+        async with hw.host.client() as client:
+            (grant,) = await client.grants()
+        assert grant["uses"] == 0
+    assert [c["arguments"]["name"] for c in json_lines(record)] == ["a"]
 
 
 def json_lines(path: Path) -> list[dict[str, Any]]:

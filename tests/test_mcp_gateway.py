@@ -17,6 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from bot.integrations.policy import PolicyError, parse_policy
 
 UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
+DISGUISES = ("ｗｒｉｔｅ_note", "WRITE_NOTE", "wri\u200bte_note")
 POLICY = """
 [tools]
 "read_*" = "allow"
@@ -32,14 +33,14 @@ def calls(record: Path) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def gateway(tmp_path: Path, *extra: str, policy: str | None = POLICY
-                  ) -> AsyncIterator[ClientSession]:
+async def gateway(tmp_path: Path, *extra: str, policy: str | None = POLICY,
+                  upstream_env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
     args = ["-m", "bot", "mcp", "gateway", "--state", str(tmp_path / "no-host")]
     if policy is not None:
         (tmp_path / "policy.toml").write_text(policy)
         args += ["--policy", str(tmp_path / "policy.toml")]
     args += [*extra, "--", sys.executable, str(UPSTREAM)]
-    env = {**os.environ, "UPSTREAM_RECORD": str(tmp_path / "calls.jsonl")}
+    env = {**os.environ, "UPSTREAM_RECORD": str(tmp_path / "calls.jsonl"), **(upstream_env or {})}
     params = StdioServerParameters(command=sys.executable, args=args, env=env)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -82,6 +83,24 @@ async def test_allow_forwards_deny_refuses_and_ask_fails_closed_without_a_host(
         assert text(asked).startswith("denied by skald-telegram: ")
         assert text(asked).endswith("; delete_note was not called")
     assert [call["tool"] for call in calls(record)] == ["read_note"]
+
+
+async def test_a_deny_catches_disguised_names_wherever_it_stands(tmp_path: Path) -> None:
+    """The upstream offers ``write_note`` also as fullwidth, upper-case and zero-width
+    spellings; the deny comes after an allow-all in the file and is itself spelled in
+    fullwidth upper case. Nothing that writes is called."""
+    policy = '[tools]\n"*" = "allow"\n"ＷＲＩＴＥ_*" = "deny"\n'
+    async with gateway(tmp_path, policy=policy,
+                       upstream_env={"UPSTREAM_DISGUISED": "1"}) as session:
+        names = [t.name for t in (await session.list_tools()).tools]
+        assert set(DISGUISES) <= set(names)
+        for name in ("write_note", *DISGUISES):
+            result = await session.call_tool(name, {"name": "a", "text": "b"})
+            assert result.is_error, name
+            assert text(result) == (f'denied by the gateway policy ("ＷＲＩＴＥ_*" = '
+                                    f'"deny"): {name} was not called')
+        assert not (await session.call_tool("read_note", {"name": "a"})).is_error
+    assert calls(tmp_path / "calls.jsonl") == [{"tool": "read_note", "arguments": {"name": "a"}}]
 
 
 async def test_an_upstream_crash_is_a_clear_error_result(tmp_path: Path) -> None:
