@@ -96,6 +96,10 @@ PAIRING_WINDOW_MS = 10 * 60 * 1000
 """How long a pairing in progress waits for the agent's pair_accept."""
 PAIRING_TIMEOUT_S = 30.0
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
+REVOKE_CONFIRM_S = 3.0
+"""How long a Revoke tap waits for the agent to confirm (its next ``inbox_update`` no
+longer lists the grant) before it says the revoke takes effect when the agent is back: the
+bot cannot see whether an agent is on the relay, only whether it answers."""
 REPLAY_PRUNE_EVERY_MS = 3600 * 1000
 OFF_LOOP_BYTES = 16 * 1024
 """Deliveries whose ciphertext adds up to at least this are opened and applied in a thread."""
@@ -207,6 +211,10 @@ class Bridge:
 
     def now_ms(self) -> int:
         return self._clock.now_ms()
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     def policy(self, chat_id: int) -> ChatPolicy:
         """A chat's rules from the configuration, following supergroup migrations. A chat
@@ -800,6 +808,12 @@ class Bridge:
                 )
         return RevokeReport(refusal, self._store.grants.by_token(token), changes | REDRAW)
 
+    def revoke_confirmed(self, token: str) -> bool:
+        """Whether the agent confirmed that the grant of ``token`` ended (it no longer
+        lists it)."""
+        grant = self._store.grants.by_token(token)
+        return grant is None or grant.state != "active"
+
     def list_grants(self, chat_id: int, topic_id: int | None) -> Changes:
         """Someone sent ``/grants``: a message listing the grants in force for the chat's
         agents, edited later as they are revoked or end."""
@@ -1020,6 +1034,22 @@ async def wait_until_paired(
                     f"the agent refused the pairing: {REFUSALS.get(reason, reason)}")
             changed.clear()
             await changed.wait()
+
+
+async def wait_until_revoked(
+    bridge: Bridge, token: str, changed: asyncio.Event, timeout: float = REVOKE_CONFIRM_S
+) -> bool:
+    """Whether the agent confirms the revoke of the grant of ``token`` within ``timeout``
+    seconds of the bridge's clock; ``changed`` is set after each applied change."""
+    deadline = bridge.now_ms() + int(timeout * 1000)
+    while not bridge.revoke_confirmed(token):
+        left = deadline - bridge.now_ms()
+        if left <= 0:
+            return False
+        changed.clear()
+        # Others clear ``changed`` too: look again now and then rather than miss a change.
+        await bridge.clock.wait(changed, min(left / 1000, 0.25))
+    return True
 
 
 REFUSALS = {

@@ -271,7 +271,7 @@ async def test_a_restarted_host_counts_the_time_it_was_stopped(
 
 async def test_a_revoke_seen_ends_the_grant_for_every_later_call(
         offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
-    host, phone, clock, online = offline_world
+    host, phone, clock, _online = offline_world
     await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
     (grant,) = host.grants()
     await phone.send(GrantRevoke(grant.grant_id, ADA, "2027-01-15T08:01:00Z"))

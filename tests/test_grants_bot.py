@@ -7,6 +7,7 @@ bot and the Telegram stand-in, on loopback.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ from world import (
     running_bot,
 )
 
+from bot.bridge import REVOKE_CONFIRM_S
 from bot.cli import main as cli_main
 from bot.config import parse_config
 from bot.errors import ConfigError
@@ -87,7 +89,10 @@ async def test_approve_with_grant_then_activity_quietly_and_revoke(tmp_path: Pat
         assert not any("Approve" in b["text"] or "Deny" in b["text"] for b in note.buttons())
 
         query = world.tap(ADA, note, ADA, "Revoke")
-        assert "Revoke sent" in (await world.answer_of(query))["text"]
+        answer = await world.answer_of(query)
+        assert answer["text"] == ("Revoked: `git status` in this session. The agent has "
+                                  "stopped using it.")
+        assert not answer.get("show_alert")
         await world.agent.wait_for(lambda a: len(a.revokes) == 1)
         assert world.agent.revokes[0].grant_id == "gr_1"
         assert world.agent.revokes[0].revoked_by.telegram_user_id == ADA
@@ -141,6 +146,35 @@ async def test_unknown_grant_still_shown_and_bad_batches_dropped(tmp_path: Path)
         await world.tg.wait_for(lambda tg: "pwd" in activity_notes(world, ADA)[0].text)
         text = activity_notes(world, ADA)[0].text
         assert text.count("ls -la") == 1 and "no tool" not in text and "🔁 x" not in text
+
+
+async def test_a_revoke_while_the_agent_is_away_says_when_it_takes_effect(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, running_bot(world):
+        await world.pair(ADA)
+        await grant_in_chat(world, ADA)
+        await eventually(lambda: "gr_1" in world.running.store.grants.of_agent(
+            world.agent.identity.id))
+        await world.agent.stop()  # off the relay: the revoke waits there
+        world.tg.send_text(ADA, ADA, "/grants")
+        await world.tg.wait_for(lambda tg: any("Grants in force" in m.text
+                                               for m in tg.bot_messages(ADA)))
+        listing = next(m for m in world.tg.bot_messages(ADA) if "Grants in force" in m.text)
+        query = world.tap(ADA, listing, ADA, "Revoke")
+        await asyncio.sleep(0.3)
+        world.clock.advance(REVOKE_CONFIRM_S)
+        answer = await world.answer_of(query)
+        assert answer["text"] == (
+            "Revoke sent; it will take effect when the agent is back (it has not confirmed "
+            "yet): `git status` in this session")
+        assert answer.get("show_alert") is True
+        assert world.agent.revokes == []
+
+        await world.agent.start()  # back: the revoke reaches it and it confirms
+        await world.agent.wait_for(lambda a: len(a.revokes) == 1)
+        assert world.agent.run_covered(KEY, "Bash", "git status") is None
+        await world.tg.wait_for(lambda tg: any(
+            "revoked by Ada Lovelace" in m.text for m in tg.bot_messages(ADA)))
 
 
 async def test_grants_command_lists_and_revokes_and_shows_it_revoked(tmp_path: Path) -> None:

@@ -31,14 +31,25 @@ def bash_event(command: str, session: str = SESSION) -> str:
     })
 
 
-async def start_hook(hw: HostWorld, command: str, session: str = SESSION) -> Any:
+def write_event(path: str, cwd: Path, session: str = SESSION) -> str:
+    """Claude Code's PreToolUse input for a Write call."""
+    return json.dumps({
+        "session_id": session, "transcript_path": f"/home/ada/.claude/{session}.jsonl",
+        "cwd": str(cwd), "permission_mode": "default", "hook_event_name": "PreToolUse",
+        "tool_name": "Write", "tool_input": {"file_path": path, "content": "new\n"},
+        "tool_use_id": "toolu_2",
+    })
+
+
+async def start_hook(hw: HostWorld, command: str, session: str = SESSION, *,
+                     event: str | None = None) -> Any:
     process = await asyncio.create_subprocess_exec(
         *CLI, "hook", "claude-code", "--state", str(hw.host.state), "--timeout", "60",
         env=hw.host.env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdin is not None
-    process.stdin.write(bash_event(command, session).encode())
+    process.stdin.write((event or bash_event(command, session)).encode())
     await process.stdin.drain()
     process.stdin.close()
     return process
@@ -134,6 +145,32 @@ async def test_another_session_is_not_covered_and_a_restart_keeps_the_grant(
         hw.tg.send_text(ADA, ADA, "/grants")
         await hw.tg.wait_for(lambda tg: any("No grants in force here" in m.text
                                             for m in tg.bot_messages(ADA)))
+
+
+async def test_an_edit_grant_stops_at_a_symlink_swapped_in_later(tmp_path: Path) -> None:
+    project, outside = (tmp_path / "project").resolve(), (tmp_path / "outside").resolve()
+    (project / "src").mkdir(parents=True)
+    outside.mkdir()
+    (project / "src" / "app.py").write_text("old\n")
+    (outside / "secret.txt").write_text("keep out\n")
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        hook = await start_hook(hw, "", event=write_event("src/app.py", project))
+        card = await hw.world.wait_card(ADA, "write")
+        hw.world.tap(ADA, card, ADA, "Approve + edits in")
+        assert (await decision_of(hook))[0] == "allow"
+
+        covered = await start_hook(hw, "", event=write_event("src/../src/new.py", project))
+        decision, reason = await decision_of(covered)
+        assert decision == "allow" and "grant (edits in " in reason
+
+        (project / "src" / "app.py").unlink()
+        (project / "src" / "app.py").symlink_to(outside / "secret.txt")
+        hook = await start_hook(hw, "", event=write_event("src/app.py", project))
+        card = await hw.world.wait_card(ADA, "secret.txt")
+        assert f"{project}/src/app.py → {outside}/secret.txt" in card.text
+        hw.world.tap(ADA, card, ADA, "❌ Deny")
+        assert (await decision_of(hook))[0] == "deny"
 
 
 async def test_ask_offers_a_grant_only_with_a_key(tmp_path: Path) -> None:

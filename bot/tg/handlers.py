@@ -27,7 +27,14 @@ from telegram.ext import (
     filters,
 )
 
-from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, TapReport, wait_until_paired
+from bot.bridge import (
+    PAIRING_TIMEOUT_S,
+    Bridge,
+    Changes,
+    TapReport,
+    wait_until_paired,
+    wait_until_revoked,
+)
 from bot.clock import from_ms, maybe_from_ms
 from bot.config import Config
 from bot.core.model import CardRow, ChatKind, ItemRow, parse_item
@@ -168,7 +175,7 @@ class Handlers:
             return
         chat = message.chat
         if parsed.action is Action.REVOKE:
-            await self._revoke(query, parsed.token, chat.id, tapper)
+            await self._revoke(query, parsed.token, chat.id, tapper, update, context)
             return
         # Cached approvers (the query must be answered within seconds), but a list past its
         # grace period is checked for the tapper and for whoever already voted on the card.
@@ -194,21 +201,38 @@ class Handlers:
         if isinstance(report.result, AskReason) and report.card is not None:
             await self._ask_reason(chat, report.card, query.from_user)
 
-    async def _revoke(self, query: CallbackQuery, token: str, chat_id: int,
-                      tapper: Person) -> None:
+    async def _revoke(self, query: CallbackQuery, token: str, chat_id: int, tapper: Person,
+                      update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         report = self._bridge.revoke_grant(
             token, chat_id=chat_id, tapper=tapper,
             approvers=await self._approvers.of(chat_id, wait=False),
         )
         self._apply(report.changes)
+        label = report.grant.label if report.grant else ""
+        if report.refusal is None:
+            # Waiting for the agent runs apart, so that other updates are not held up.
+            context.application.create_task(
+                self._answer_revoke(query, token, label, chat_id, tapper), update=update,
+                name=f"revoke in chat {chat_id}")
+            return
         text = self._renderer.text(
-            "alert_revoke", reason=report.refusal.value if report.refusal else None,
-            label=report.grant.label if report.grant else "",
+            "alert_revoke", reason=report.refusal.value, label=label,
             approvers=self._approvers.cached_names(chat_id),
         )
-        await self._answer_query(query, text, alert=report.refusal is not None)
+        await self._answer_query(query, text, alert=True)
         log.info("revoke tap by user %s in chat %s: %s", tapper.telegram_user_id, chat_id,
-                 report.refusal.value if report.refusal else "sent")
+                 report.refusal.value)
+
+    async def _answer_revoke(self, query: CallbackQuery, token: str, label: str,
+                             chat_id: int, tapper: Person) -> None:
+        """Tell the tapper whether the agent confirmed the revoke, or that it takes effect
+        when the agent is back."""
+        confirmed = await wait_until_revoked(self._bridge, token, self._changed)
+        text = self._renderer.text("alert_revoke", reason=None, label=label,
+                                   confirmed=confirmed, approvers=[])
+        await self._answer_query(query, text, alert=not confirmed)
+        log.info("revoke tap by user %s in chat %s: %s", tapper.telegram_user_id, chat_id,
+                 "confirmed" if confirmed else "sent, not confirmed yet")
 
     async def _answer_query(self, query: CallbackQuery, text: str, *, alert: bool) -> None:
         try:
