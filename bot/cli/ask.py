@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an answer to offer for --question (repeatable)")
     parser.add_argument("--grant-key", metavar="KEY",
                         help="offer a grant: the approver may also approve, for a while, "
-                             "later asks with the same key (they are approved at once)")
+                             "later asks with the same key (they are approved at once); the "
+                             "card shows it as offered by a script, with its key, and it "
+                             "never covers a hook's or the gateway's calls")
     parser.add_argument("--grant-label", metavar="TEXT",
                         help="what the approver is shown the grant covers")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
