@@ -135,6 +135,8 @@ def test_paths_that_cannot_be_resolved_offer_nothing(project: Path) -> None:
     assert scope_of(edit("src/app.py")) is None  # relative, and no directory known
     assert scope_of(edit("src/app.py", cwd="project")) is None  # a relative directory
     assert scope_of(edit(str(project / "src" / "a\0b.py"))) is None
+    os.link(project.parent / "outside" / "secret.txt", project / "src" / "hard.txt")
+    assert scope_of(edit(str(project / "src" / "hard.txt"))) is None  # its other name is out
     unresolved = ToolCall("Claude Code", "Edit", {"file_path": str(project / "src" / "app.py")})
     assert scope_of(unresolved) is None  # nothing resolved it: no grant
 

@@ -81,7 +81,8 @@ def with_real_path(call: ToolCall, resolve: PathResolver) -> ToolCall:
 
 def real_path(path: str) -> str | None:
     """Where ``path`` leads: symlinks followed, ``..`` taken after each as the kernel does;
-    None for a symlink loop or a path the system cannot take."""
+    None for a symlink loop, a path the system cannot take, or a file with more than one
+    hard link (its other names may be anywhere)."""
     try:
         real = os.path.realpath(path)
         probe = real
@@ -89,6 +90,8 @@ def real_path(path: str) -> str | None:
             if os.path.islink(probe):
                 return None  # a loop stopped the resolution half way
             probe = os.path.dirname(probe)
+        if os.path.isfile(real) and os.stat(real).st_nlink > 1:
+            return None
     except (OSError, ValueError):
         return None
     return real
