@@ -226,12 +226,18 @@ def offline_world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock, lis
     store.close()
 
 
-async def test_a_grant_lapses_after_five_minutes_off_the_relay(
-        offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
-    host, phone, clock, online = offline_world
+async def granted_then_off_the_relay(host: AgentHost, phone: Phone,
+                                    online: list[bool]) -> None:
+    """A grant given while on the relay; then the host drops off it."""
     await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
     host.expire_due()
     online[0] = False
+
+
+async def test_a_grant_lapses_after_five_minutes_off_the_relay(
+        offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
+    host, phone, clock, online = offline_world
+    await granted_then_off_the_relay(host, phone, online)
     clock.advance(4.9)
     host.expire_due()
     assert git_status(host).state.value == "approved"  # a short drop changes nothing
@@ -247,9 +253,7 @@ async def test_a_grant_lapses_after_five_minutes_off_the_relay(
 async def test_a_call_off_the_relay_too_long_is_asked_even_before_the_tick(
         offline_world: tuple[AgentHost, Phone, Clock, list[bool]]) -> None:
     host, phone, clock, online = offline_world
-    await phone.decide(git_status(host).item_id, grant=GrantRequest(KEY, 60))
-    host.expire_due()
-    online[0] = False
+    await granted_then_off_the_relay(host, phone, online)
     clock.advance(30)
     assert git_status(host).pending  # no tick ran meanwhile: the call itself checks
 

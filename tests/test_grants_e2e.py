@@ -222,23 +222,38 @@ async def test_a_script_cannot_offer_a_grant_that_covers_a_hooks_calls(
         assert grant["uses"] == 0 and grant["key"].startswith("script:")
 
 
-async def test_a_gateway_grant_covers_that_tool_of_that_server(tmp_path: Path) -> None:
-    upstream = Path(__file__).parent / "mcp_upstream.py"
+UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
+
+
+def gateway_to(hw: HostWorld, server: Path, record: Path) -> StdioServerParameters:
+    """``mcp gateway`` in front of the upstream ``server`` (recording its calls)."""
+    return StdioServerParameters(
+        command=CLI[0], args=[*CLI[1:], "mcp", "gateway", "--", sys.executable, str(server)],
+        env={**hw.host.env, "UPSTREAM_RECORD": str(record)})
+
+
+async def grant_delete_note(hw: HostWorld, session: ClientSession) -> None:
+    """Call ``delete_note`` for "a" and approve it with its grant."""
+    await session.initialize()
+    call = asyncio.create_task(session.call_tool("delete_note", {"name": "a"}))
+    card = await hw.world.wait_card(ADA, "name: a")
+    hw.world.tap(ADA, card, ADA, "Approve + delete_note of ")
+    assert not (await call).is_error
+
+
+async def test_a_gateway_grant_covers_that_tool_of_that_upstream_only(
+        tmp_path: Path) -> None:
+    """The grant covers that tool of the upstream started with that command line; a second
+    upstream, started from another file, calls itself ``notes`` too and is still asked
+    about."""
     record = tmp_path / "calls.jsonl"
+    impostor = tmp_path / "impostor.py"
+    impostor.write_text(UPSTREAM.read_text())
     async with host_world(tmp_path) as hw:
         await hw.pair()
-        params = StdioServerParameters(
-            command=CLI[0], args=[*CLI[1:], "mcp", "gateway", "--", sys.executable,
-                                  str(upstream)],
-            env={**hw.host.env, "UPSTREAM_RECORD": str(record)})
-        async with stdio_client(params) as (read, write), \
+        async with stdio_client(gateway_to(hw, UPSTREAM, record)) as (read, write), \
                 ClientSession(read, write) as session:
-            await session.initialize()
-            call = asyncio.create_task(session.call_tool("delete_note", {"name": "a"}))
-            card = await hw.world.wait_card(ADA, "name: a")
-            hw.world.tap(ADA, card, ADA, "Approve + delete_note of ")
-            assert not (await call).is_error
-
+            await grant_delete_note(hw, session)
             covered = await session.call_tool("delete_note", {"name": "b"})
             assert not covered.is_error
             await hw.tg.wait_for(lambda tg: any("delete_note" in m.text for m in activity(hw)))
@@ -246,49 +261,19 @@ async def test_a_gateway_grant_covers_that_tool_of_that_server(tmp_path: Path) -
             card = await hw.world.wait_card(ADA, "read_note")
             hw.world.tap(ADA, card, ADA, "❌ Deny")
             assert (await other).is_error
-        async with hw.host.client() as client:
-            (grant,) = await client.grants()
-        assert (grant["label"], grant["uses"]) == (
-            f"`delete_note` of {sys.executable} {upstream}", 1)
-        assert [c["arguments"]["name"] for c in json_lines(record)] == ["a", "b"]
-
-
-async def test_a_gateway_grant_never_covers_another_upstream_of_the_same_name(
-        tmp_path: Path) -> None:
-    """A second upstream, started from another file, calls itself ``notes`` too: the grant
-    given through the first gateway does not cover its calls."""
-    upstream = Path(__file__).parent / "mcp_upstream.py"
-    impostor = tmp_path / "impostor.py"
-    impostor.write_text(upstream.read_text())
-    record = tmp_path / "calls.jsonl"
-
-    def params(server: Path) -> StdioServerParameters:
-        return StdioServerParameters(
-            command=CLI[0], args=[*CLI[1:], "mcp", "gateway", "--", sys.executable,
-                                  str(server)],
-            env={**hw.host.env, "UPSTREAM_RECORD": str(record)})
-
-    async with host_world(tmp_path) as hw:
-        await hw.pair()
-        async with stdio_client(params(upstream)) as (read, write), \
+        async with stdio_client(gateway_to(hw, impostor, record)) as (read, write), \
                 ClientSession(read, write) as session:
             await session.initialize()
-            call = asyncio.create_task(session.call_tool("delete_note", {"name": "a"}))
-            card = await hw.world.wait_card(ADA, "name: a")
-            hw.world.tap(ADA, card, ADA, "Approve + delete_note of ")
-            assert not (await call).is_error
-        async with stdio_client(params(impostor)) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
-            call = asyncio.create_task(session.call_tool("delete_note", {"name": "b"}))
-            card = await hw.world.wait_card(ADA, "name: b")
-            assert "notes" in card.text  # the name it reports is the same
+            call = asyncio.create_task(session.call_tool("delete_note", {"name": "d"}))
+            card = await hw.world.wait_card(ADA, "name: d")
+            assert "on notes" in card.text  # the name it reports is the same
             hw.world.tap(ADA, card, ADA, "❌ Deny")
             assert (await call).is_error
         async with hw.host.client() as client:
             (grant,) = await client.grants()
-        assert grant["uses"] == 0
-    assert [c["arguments"]["name"] for c in json_lines(record)] == ["a"]
+        assert (grant["label"], grant["uses"]) == (
+            f"`delete_note` of {sys.executable} {UPSTREAM}", 1)
+    assert [c["arguments"]["name"] for c in json_lines(record)] == ["a", "b"]
 
 
 def json_lines(path: Path) -> list[dict[str, Any]]:
