@@ -204,3 +204,18 @@ async def test_revoked_from_a_device_or_here_and_kept_over_a_restart(
     assert phone.last_update().grants == ()
     with pytest.raises(Refusal, match="no grant"):
         host.revoke_grant(second.grant_id)
+
+
+async def test_a_grant_never_covers_a_call_that_holds_a_credential(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, _clock = world
+    item = git_status(host)
+    await phone.decide(item.item_id, grant=GrantRequest(KEY, 30))
+    for command in ("git status -- https://ada:hunter2@example.com",
+                    "git status -s 'Authorization: Bearer tok-987'"):
+        asked = git_status(host, command)
+        assert asked.pending and "grant_offer" not in asked.wire
+        assert "hunter2" not in asked.summary and "tok-987" not in asked.summary
+    assert git_status(host, "git status --porcelain").state.value == "approved"
+    entries = [e for p in phone.received() if isinstance(p, Activity) for e in p.entries]
+    assert [e.summary for e in entries] == ["run: git status --porcelain"]

@@ -22,7 +22,7 @@ _VALUE = r"(?:'[^']*'|\"[^\"]*\"|[^\s'\"])+"
 """A shell word: bare, single- and double-quoted pieces."""
 
 _HEADER = re.compile(
-    r"\b(?P<name>(?:proxy-)?authorization|(?:set-)?cookie|x-api-key|api-key|apikey"
+    r"(?<![\w/@:.])(?P<name>(?:proxy-)?authorization|(?:set-)?cookie|x-api-key|api-key|apikey"
     r"|x-auth-token|x-access-token|private-token|x-amz-security-token|x-goog-api-key)"
     r"\s*:\s*(?P<value>[^'\"\n\\]+?)\s*(?=['\"\n\\]|$)",
     re.IGNORECASE,
