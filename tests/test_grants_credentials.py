@@ -132,3 +132,4 @@ def test_credential_blocks_add_only_what_no_secret_block_holds() -> None:
     rows = credential_blocks("run", [], {"env": {"url": "https://a:b-c@h"}})
     assert rows == [{"type": "key_value", "key": "URL password", "value": "b-c",
                      "value_type": "secret"}]
+    assert credential_blocks(f"curl -u ada:{MASK} https://a:{MASK}@h", [], {}) == []

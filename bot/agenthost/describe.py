@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from bot.render.credentials import credentials_in, strings_in
+from bot.render.masking import MASK as MASKED
 
 LONG_LINE_CHARS: Final = 120
 """A one-line string longer than this gets a ``field`` of its own instead of a row."""
@@ -146,14 +147,14 @@ def credential_blocks(
 ) -> list[dict[str, Any]]:
     """A ``secret`` row for each credential written into the summary, a block or the
     arguments (``Authorization: …``, ``https://user:password@…``, ``-u user:password``) that
-    no ``secret`` block holds yet: the card then masks it everywhere, and no grant is
-    offered for the call."""
+    no ``secret`` block holds yet (nor one already masked): the card then masks it
+    everywhere, and no grant is offered for the call."""
     shown = [dict(block) for block in blocks]
     seen = {str(block.get("value")) for block in shown if block.get("value_type") == "secret"}
     rows = []
     for text in strings_in([summary, shown, dict(arguments)]):
         for credential in credentials_in(text):
-            if credential.value not in seen:
+            if credential.value not in seen and MASKED not in credential.value:
                 seen.add(credential.value)
                 rows.append(_row(credential.name, credential.value, "secret"))
     return rows
