@@ -129,6 +129,7 @@ NOT_COVERED = {
         "head -n 5 /etc/shadow", "grep -r foo /home", "grep -f /etc/passwd x",
         "find / -name x", "find . -newer /etc/x", "tar -tf /tmp/a.tar", "git log -- ../x",
         "git status -- /etc", "cat -- -n", "sed -n p /etc/passwd", "ls -- -la",
+        "git diff a/../../etc/passwd b", "git log src/../..", "git show x/../../y",
     ],
     "lookalikes and invisible characters": [
         "gіt status", "git stаtus", "ｇｉｔ status", "git status –porcelain",

@@ -55,7 +55,8 @@ _SHAPES: Final[Mapping[str, Callable[[str], bool]]] = {
     "format": lambda value: "%G" not in value,
     "path": lambda value: bool(_PATH.fullmatch(value)) and not value.startswith(("-", "/"))
     and ".." not in value.split("/"),
-    "rev": lambda value: bool(_REV.fullmatch(value)),
+    # Also a path to git (outside a repository, git diff compares files): no ``..`` step.
+    "rev": lambda value: bool(_REV.fullmatch(value)) and ".." not in value.split("/"),
     "sed-script": lambda value: _is_sed_script(value),
 }
 """Shapes of option values and operands (README, "Grants")."""
