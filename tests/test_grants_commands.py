@@ -132,3 +132,19 @@ def test_a_relative_path_entry_before_the_program_finds_nothing(
     executable(tmp_path / "second" / "git")
     entries = search_path.format(first=tmp_path / "first", second=tmp_path / "second")
     assert locate_program(entries, "git") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(command_table().reads)),
+       st.from_regex(r"--?[a-z][a-z0-9-]{0,14}(=[a-z0-9/.]{0,6})?", fullmatch=True))
+def test_an_option_outside_an_operations_list_is_never_covered(
+        key: tuple[str, str | None], option: str) -> None:
+    operation = command_table().reads[key]
+    name = option.partition("=")[0]
+    words = [operation.program, *filter(None, [operation.subcommand]), option, "--", "a"]
+    if operation.find_style:
+        words = [operation.program, ".", option]
+    if name in operation.options or (name.startswith("-") and not name.startswith("--")
+                                     and not operation.find_style):
+        return  # an allowed option, or a group of short ones: the tests above cover those
+    assert command_table().judge(words) is None, words
