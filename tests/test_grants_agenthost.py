@@ -306,3 +306,18 @@ async def test_a_script_grant_never_covers_a_hook_call_nor_the_other_way(
     forged = gr.script_offer(KEY, LABEL)  # the hook grant's own key, named by a script
     assert host.submit_approval(tool="Bash", summary="run: git status", arguments={},
                                 blocks=None, timeout_s=600, grant=forged).pending
+
+
+async def test_a_grant_never_covers_a_call_that_holds_a_credential(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    host, phone, _clock = world
+    item = git_status(host)
+    await phone.decide(item.item_id, grant=GrantRequest(KEY, 30))
+    for command in ("git status -- https://ada:hunter2@example.com",
+                    "git status -s 'Authorization: Bearer tok-987'"):
+        asked = git_status(host, command)
+        assert asked.pending and "grant_offer" not in asked.wire
+        assert "hunter2" not in asked.summary and "tok-987" not in asked.summary
+    assert git_status(host, "git status --porcelain").state.value == "approved"
+    entries = [e for p in phone.received() if isinstance(p, Activity) for e in p.entries]
+    assert [e.summary for e in entries] == ["run: git status --porcelain"]

@@ -18,6 +18,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from world import ADA
 
 from bot.playground.stub import StoredMessage
+from bot.render.credentials import mask_credentials
 
 SESSION = "5f1c2a"
 
@@ -41,11 +42,11 @@ def write_event(path: str, cwd: Path, session: str = SESSION) -> str:
     })
 
 
-async def start_hook(hw: HostWorld, command: str, session: str = SESSION, *,
-                     event: str | None = None) -> Any:
+async def start_hook(hw: HostWorld, command: str, session: str = SESSION,
+                     env: dict[str, str] | None = None, *, event: str | None = None) -> Any:
     process = await asyncio.create_subprocess_exec(
         *CLI, "hook", "claude-code", "--state", str(hw.host.state), "--timeout", "60",
-        env=hw.host.env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env=env or hw.host.env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdin is not None
@@ -118,6 +119,36 @@ async def test_git_status_granted_covered_shown_and_revoked(tmp_path: Path) -> N
         hw.world.tap(ADA, card, ADA, "✅ Approve")
         assert await decision_of(hook) == ("allow",
                                            "approved by Ada Lovelace (@ada) in Telegram")
+
+
+async def test_a_grant_covers_nothing_that_could_do_more(tmp_path: Path) -> None:
+    """Under a grant for `git status`: git found elsewhere on the agent's PATH, a path to a
+    program, shell syntax and a credential each ask again, and the card offers no grant for
+    the last three (the credential masked)."""
+    elsewhere = tmp_path / "evil"
+    elsewhere.mkdir()
+    (elsewhere / "git").write_text("#!/bin/sh\n")
+    (elsewhere / "git").chmod(0o755)
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        await grant_git_status(hw)
+        moved = {**hw.host.env, "PATH": f"{elsewhere}:{hw.host.env.get('PATH', '')}"}
+        for command, env, offered in [
+            ("git status", moved, True),
+            (f"{elsewhere}/git status", None, False),
+            ("git status -- $(touch /tmp/p)", None, False),
+            ("git status -- https://ada:hunter2@example.com", None, False),
+        ]:
+            hook = await start_hook(hw, command, env=env)
+            card = await hw.world.wait_card(ADA, f"run: {mask_credentials(command)}\n")
+            grants = [b["text"] for b in card.buttons() if "Approve +" in b["text"]]
+            assert grants == (["✅ Approve + git status in this session for 30 min"]
+                              if offered else []), command
+            # Masked in the title and the command; shown once, behind a spoiler, in the
+            # secret's own row (a private chat's setting).
+            assert "ada:hunter2" not in card.text and card.text.count("hunter2") <= 1
+            hw.world.tap(ADA, card, ADA, "❌ Deny")
+            assert (await decision_of(hook))[0] == "deny"
 
 
 async def test_another_session_is_not_covered_and_a_restart_keeps_the_grant(

@@ -12,9 +12,12 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Final
+
+from bot.render.credentials import credentials_in, strings_in
+from bot.render.masking import MASK as MASKED
 
 LONG_LINE_CHARS: Final = 120
 """A one-line string longer than this gets a ``field`` of its own instead of a row."""
@@ -137,3 +140,21 @@ def default_summary(tool: str, arguments: Mapping[str, Any]) -> str:
         if len(shown) > SUMMARY_VALUE_CHARS:
             shown = shown[: SUMMARY_VALUE_CHARS - 1] + "…"
     return f"{tool}({shown})"
+
+
+def credential_blocks(
+    summary: str, blocks: Iterable[Mapping[str, Any]], arguments: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """A ``secret`` row for each credential written into the summary, a block or the
+    arguments (``Authorization: …``, ``https://user:password@…``, ``-u user:password``) that
+    no ``secret`` block holds yet (nor one already masked): the card then masks it
+    everywhere, and no grant is offered for the call."""
+    shown = [dict(block) for block in blocks]
+    seen = {str(block.get("value")) for block in shown if block.get("value_type") == "secret"}
+    rows = []
+    for text in strings_in([summary, shown, dict(arguments)]):
+        for credential in credentials_in(text):
+            if credential.value not in seen and MASKED not in credential.value:
+                seen.add(credential.value)
+                rows.append(_row(credential.name, credential.value, "secret"))
+    return rows

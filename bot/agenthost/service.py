@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from bot.agenthost import grants as gr
 from bot.agenthost import items as it
-from bot.agenthost.describe import default_summary, describe_arguments
+from bot.agenthost.describe import credential_blocks, default_summary, describe_arguments
 from bot.agenthost.items import Item, Kind, State
 from bot.agenthost.pairing import (
     USED_SECRET_KEPT_MS,
@@ -49,6 +49,7 @@ from bot.protocol.payloads import (
 )
 from bot.protocol.replay import RETENTION_MS
 from bot.relay.client import RelayClient, one_at_a_time
+from bot.render.credentials import mask_credentials
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class AgentHost:
         item_id = it.new_item_id(Kind.APPROVAL)
         summary = summary or default_summary(tool, arguments)
         blocks = describe_arguments(arguments) if blocks is None else blocks
+        blocks = [*blocks, *credential_blocks(summary, blocks, arguments)]
+        summary = mask_credentials(summary)  # activity lines and notifications show it bare
         offer = gr.offer_for(grant, blocks)
         self.lapse_if_off_relay()
         covering = gr.covering(self.store.grants_in_force(now), offer.key if offer else None, now)

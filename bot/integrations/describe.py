@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bot.agenthost.describe import describe_arguments, is_credential_key
+from bot.render.credentials import credentials_in, mask_credentials
 
 Block = dict[str, Any]
 FileReader = Callable[[str], "str | None"]
@@ -27,21 +28,6 @@ FileReader = Callable[[str], "str | None"]
 
 SUMMARY_CHARS: Final = 200
 """A summary is one short line: the card's title and a notification's text."""
-
-_HEADER_SECRET = re.compile(
-    r"\b(?P<key>(?:proxy-)?authorization|x-api-key|api-key|x-auth-token|cookie)\s*:\s*"
-    r"(?P<value>[^'\"\n\\]+?)\s*(?=['\"\n\\]|$)",
-    re.IGNORECASE,
-)
-_ENV_SECRET = re.compile(
-    r"(?<![\w-])(?P<key>[A-Za-z_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY)[A-Za-z_]*)"
-    r"=(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)",
-    re.IGNORECASE,
-)
-_FLAG_SECRET = re.compile(
-    r"--(?P<key>password|token|api-key|secret)[= ](?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"]+)",
-    re.IGNORECASE,
-)
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
 _SHELL = frozenset({"bash", "shell", "run_shell_command", "exec_command", "local_shell"})
@@ -132,17 +118,8 @@ def secrets_in(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _secrets_in_text(text: str) -> Iterator[tuple[str, str]]:
-    for pattern in (_HEADER_SECRET, _ENV_SECRET, _FLAG_SECRET):
-        for match in pattern.finditer(text):
-            value = match["value"].strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-            if value:
-                yield match["key"], value
-                # A bearer token is also masked alone, where the command repeats it.
-                scheme, _, token = value.partition(" ")
-                if token and scheme.lower() in {"bearer", "basic", "token"}:
-                    yield match["key"], token
+    for credential in credentials_in(text):
+        yield credential.name, credential.value
 
 
 def _secret_blocks(call: ToolCall, seen: set[str]) -> Iterator[Block]:
@@ -158,7 +135,7 @@ def _shell(call: ToolCall) -> Description:
     command = raw if isinstance(raw, str) else " ".join(str(part) for part in raw)
     blocks = [{"type": "block", "label": "Command", "value": command, "value_type": "command"}]
     blocks.extend(_optional_text(call.arguments, "description", "Description", "field"))
-    cwd = _string(call.arguments, "dir_path") or _string(call.arguments, "workdir") or call.cwd
+    cwd = command_dir(call)
     if cwd:
         blocks.append(_kv("Directory", cwd, "path"))
     first = command.strip().splitlines()[0] if command.strip() else command
@@ -292,7 +269,7 @@ def _diff_block(path: str, old: str | None, new: str) -> Block:
 
 
 def _summary(call: ToolCall, what: str) -> str:
-    line = " ".join(f"{call.agent} wants to {what}".split())
+    line = " ".join(mask_credentials(f"{call.agent} wants to {what}").split())
     return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
 
 
@@ -347,6 +324,17 @@ def _walk(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
                 yield from _walk(item, path)
             else:
                 yield path, item
+
+
+def command_dir(call: ToolCall) -> str | None:
+    """The directory a shell command runs in: the one its arguments name (``dir_path``,
+    ``workdir``; relative to the call's ``cwd``), else the call's ``cwd``."""
+    given = _string(call.arguments, "dir_path") or _string(call.arguments, "workdir")
+    if given is None:
+        return call.cwd
+    if given.startswith("/"):
+        return given
+    return posixpath.normpath(posixpath.join(call.cwd, given)) if call.cwd else given
 
 
 def call_target(call: ToolCall) -> tuple[str, str] | None:

@@ -1,51 +1,34 @@
 """What a grant may cover for a coding agent's tool call (pure).
 
-The scope is always narrow: one program and subcommand in one agent session for a shell
-command (``git status -s`` offers "`git status` in this session", which then covers
-``git status --porcelain`` and nothing else), one program for a plain program such as
-``ls`` or ``pytest``, edits in one directory in one session (the directory the file
-resolves to on this machine, symlinks followed), one tool of one MCP server (of the
-gateway: one tool of the upstream started with one command line).
-A command that chains, pipes, redirects or substitutes, runs under another program
-(``sudo``, ``env``, a shell), destroys (``rm``, ``dd``, ``kill``, …) or starts with a
-variable assignment gets no grant at all; neither does a call without a session. The
-host refuses a grant for arguments that hold a secret.
+The scope is always narrow: one tool of one MCP server (of the gateway: one tool of the
+upstream started with one command line), edits in one directory (the directory the file
+resolves to on this machine, symlinks followed), and for a shell command what
+``command_table.toml`` allows (see :mod:`bot.integrations.commands`), in one agent session
+and the directory the command runs in. An operation that only reads (``git status -s``
+offers "`git status` in this session") covers later calls of it that keep to its read-only
+options and arguments; a program that runs other code by design (``pytest``, ``make``,
+``npm test``) is granted only as the exact command approved. The program must be a bare
+name, and a grant covers it only while the name resolves to the same file. A command that
+holds a credential, or anything the table does not list, gets no grant at all; neither does
+a call without a session. The host refuses a grant for arguments that hold a secret.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from bot.integrations.describe import ToolCall, call_target
+from bot.integrations.commands import CommandTable, Locate, shell_words
+from bot.integrations.describe import ToolCall, call_target, command_dir
+from bot.render.credentials import credentials_in
 
 MAX_KEY_CHARS: Final = 200
 MAX_LABEL_CHARS: Final = 200
-
-SUBCOMMAND_PROGRAMS: Final = frozenset({
-    "apt", "brew", "bun", "cargo", "composer", "conda", "deno", "docker", "dotnet", "gcloud",
-    "gh", "git", "go", "gradle", "helm", "hg", "kubectl", "make", "mvn", "npm", "pip",
-    "pip3", "pnpm", "poetry", "podman", "rustup", "svn", "systemctl", "terraform", "uv",
-    "yarn",
-})
-"""Programs whose second word is a subcommand: a grant covers one subcommand of them."""
-WRAPPERS: Final = frozenset({
-    "bash", "sh", "zsh", "fish", "dash", "sudo", "doas", "su", "env", "exec", "eval",
-    "xargs", "nohup", "nice", "time", "timeout", "watch", "command", "builtin", "source", ".",
-})
-"""Programs that run other programs: what they would run is not narrow enough to grant."""
-DESTRUCTIVE: Final = frozenset({
-    "rm", "rmdir", "dd", "mkfs", "shred", "truncate", "chmod", "chown", "kill", "pkill",
-    "killall", "reboot", "shutdown", "halt", "poweroff",
-})
-"""Programs that destroy or take away: every call of them is asked for, never granted."""
-_SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\n\\*?!~]")
-_SUBCOMMAND = re.compile(r"[a-z][a-z0-9-]*")
 
 
 @dataclass(frozen=True)
@@ -56,8 +39,19 @@ class Scope:
     label: str
 
 
-def hook_scope(call: ToolCall, session: str | None) -> Scope | None:
-    """The grant a coding agent's call may offer or be covered by, or None."""
+@dataclass(frozen=True)
+class Programs:
+    """What a shell command's grant is judged by: the command table, and where a bare
+    program name resolves for the call (the hook looks on the agent's ``PATH``)."""
+
+    table: CommandTable
+    locate: Locate
+
+
+def hook_scope(call: ToolCall, session: str | None, programs: Programs | None = None) \
+        -> Scope | None:
+    """The grant a coding agent's call may offer or be covered by, or None (always for a
+    shell command without ``programs``)."""
     if not session:
         return None
     where = f"{call.agent}|{session}"
@@ -75,10 +69,13 @@ def hook_scope(call: ToolCall, session: str | None) -> Scope | None:
             return None
         folder = posixpath.dirname(call.real_path)
         return _scope(f"{where}|edit|{folder}", f"edits in {folder} in this session")
-    program = command_scope(value)
-    if program is None:
+    raw = call.arguments.get("command")
+    if isinstance(raw, list) and shell_words(value) != [str(word) for word in raw]:
+        return None  # run as these words, not as the shell would split them
+    shell = command_scope(value, command_dir(call), programs) if programs else None
+    if shell is None:
         return None
-    return _scope(f"{where}|shell|{program}", f"`{program}` in this session")
+    return _scope(f"{where}|{shell.key}", shell.label)
 
 
 def gateway_scope(upstream: Sequence[str], tool: str) -> Scope:
@@ -89,25 +86,26 @@ def gateway_scope(upstream: Sequence[str], tool: str) -> Scope:
     return _scope(f"gateway|{command}|{tool}", f"`{tool}` of {command}")
 
 
-def command_scope(command: str) -> str | None:
-    """``git status`` for ``git status -s``, ``ls`` for ``ls -la``; None for a command
-    too complex to grant (see the module's docstring)."""
-    if _SHELL_SYNTAX.search(command):
+def command_scope(command: str, cwd: str | None, programs: Programs) -> Scope | None:
+    """The grant for a shell command run in ``cwd``: the read-only operation it is (key
+    ``shell|["read", cwd, path, "git status"]``) or, for a program that runs other code,
+    the exact command (``shell|["exact", cwd, path, command]``); None for anything else
+    (see the module's docstring)."""
+    if not cwd or not posixpath.isabs(cwd) or credentials_in(command):
         return None
-    try:
-        words = shlex.split(command)
-    except ValueError:
+    words = shell_words(command)
+    covered = programs.table.judge(words) if words else None
+    if covered is None:
         return None
-    if not words or "=" in words[0]:
+    path = programs.locate(covered.program)
+    if path is None or not posixpath.isabs(path):
         return None
-    program = posixpath.basename(words[0])
-    if not program or program in WRAPPERS or program in DESTRUCTIVE:
-        return None
-    if program not in SUBCOMMAND_PROGRAMS:
-        return program
-    if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]):
-        return f"{program} {words[1]}"
-    return None
+    where = posixpath.normpath(cwd)
+    if covered.exact:
+        key = json.dumps(["exact", where, path, command])
+        return Scope(f"shell|{key}", f"this exact command in this session: `{command}`")
+    key = json.dumps(["read", where, path, covered.name])
+    return Scope(f"shell|{key}", f"`{covered.name}` in this session")
 
 
 def _scope(key: str, label: str) -> Scope:

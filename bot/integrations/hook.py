@@ -3,18 +3,21 @@ agent host, and turn the verdict into that agent's answer."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from importlib.resources import files
 from pathlib import Path
 from typing import Final
 
 from bot.integrations import claude_code, codex, cursor, gemini
 from bot.integrations.approval import Connect, OnError, ask_person, failure
+from bot.integrations.commands import CommandTable, parse_table
 from bot.integrations.contract import HookAnswer, HookContract, HookInputError
 from bot.integrations.describe import FileReader, ToolCall, call_target, describe
-from bot.integrations.grants import hook_scope
+from bot.integrations.grants import Programs, hook_scope
 
 CONTRACTS: Final[Mapping[str, HookContract]] = {
     "claude-code": claude_code.CONTRACT,
@@ -40,8 +43,11 @@ async def run_hook(
     on_error: OnError = "deny",
     read: FileReader | None = None,
     resolve: PathResolver | None = None,
+    programs: Programs | None = None,
 ) -> HookAnswer:
-    """The answer to one hook event ``raw`` (the JSON the agent wrote on stdin)."""
+    """The answer to one hook event ``raw`` (the JSON the agent wrote on stdin). Shell
+    commands are judged by ``programs`` (default: the command table, and program names
+    looked up on this process's ``PATH``, which is the agent's)."""
     event_name: str | None = None
     try:
         data = json.loads(raw)
@@ -54,7 +60,7 @@ async def run_hook(
         return contract.answer(event_name, failure(f"unreadable hook input: {exc}", on_error))
     call = with_real_path(event.call, resolve or real_path)
     description = describe(call, read or read_text_file)
-    scope = hook_scope(call, event.session)
+    scope = hook_scope(call, event.session, programs or agent_programs())
     verdict = await ask_person(
         connect,
         tool=event.call.tool,
@@ -113,3 +119,27 @@ def read_text_file(path: str) -> str | None:
         return f"({path} is not UTF-8 text)\n"
     except OSError as exc:
         return f"({path} cannot be read: {exc.strerror})\n"
+
+
+@functools.cache
+def command_table() -> CommandTable:
+    """The command table shipped in the package (read once)."""
+    text = files("bot.integrations").joinpath("command_table.toml").read_text(encoding="utf-8")
+    return parse_table(text)
+
+
+def agent_programs() -> Programs:
+    return Programs(command_table(), functools.partial(locate_program, os.environ.get("PATH")))
+
+
+def locate_program(search_path: str | None, name: str) -> str | None:
+    """Where the shell finds ``name`` on ``search_path``: the first executable file, its
+    links resolved. None when there is none, or when a relative or empty entry (searched
+    from whatever directory the command runs in) comes before it."""
+    for entry in (search_path if search_path is not None else os.defpath).split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            return None
+        candidate = os.path.join(entry, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.path.realpath(candidate)
+    return None
