@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import StoreError
+from bot.storefaults import describe_store
 
 SCHEMA_VERSION = 1
 
@@ -267,7 +268,7 @@ class Database:
             connection.execute("PRAGMA temp_store=MEMORY")
             _migrate(connection, path)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+            raise StoreError(unusable_database(path, exc)) from exc
         return cls(connection, path)
 
     def close(self) -> None:
@@ -400,6 +401,12 @@ def is_store_failure(error: BaseException) -> bool:
     cause = error.__cause__
     return not isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError
                           | sqlite3.InterfaceError | sqlite3.ProgrammingError)
+
+
+def unusable_database(path: Path, error: sqlite3.Error | OSError) -> str:
+    """One line saying why the state database at ``path`` cannot be opened."""
+    return str(describe_store("the state database", path, error, folder="the state folder",
+                              setting="state.dir"))
 
 
 def _create_private(path: Path) -> None:

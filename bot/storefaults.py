@@ -1,0 +1,213 @@
+"""When stored state cannot be used: one line naming the cause and a fix that fits it, and
+the record of a store whose writes are failing while the process runs.
+
+Shared by the bot, the agent host and the relay. A folder is tried by writing in it
+(:func:`folder_problem`), so the errno says why it is unusable: a read-only mount, a
+foreign owner and a full disk each get their own advice (:func:`describe_folder`). A
+database that SQLite cannot use gets the same treatment from its error code
+(:func:`describe_database`).
+"""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import logging
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from bot.clock import SYSTEM_CLOCK, Clock
+
+LOG_EVERY_S: Final = 60.0
+"""A store that keeps failing is logged as ERROR at most this often."""
+PROBE_BYTES: Final = 4096
+"""What the write check writes: one page, so that a full disk says so at start."""
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """Why stored state cannot be used, and what fixes it."""
+
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.problem}; fix: {self.fix}"
+
+
+def process_user() -> str:
+    """The name (or id) of the user this process runs as."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.geteuid())
+
+
+def folder_problem(path: Path) -> OSError | None:
+    """Try to write a page in the folder ``path`` (and remove it): the error that stopped
+    it, or ``None`` when the folder can be read and written."""
+    probe = path / f".write-check-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, bytes(PROBE_BYTES))
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+        os.listdir(path)
+    except OSError as exc:
+        return exc
+    return None
+
+
+def describe_folder(what: str, path: Path, error: OSError, *, setting: str,
+                    user: str | None = None) -> Unusable:
+    """Why the folder ``what`` at ``path`` is unusable, from the errno of ``error``;
+    ``setting`` names what points at it (``state.dir``, ``--data``)."""
+    user = user or process_user()
+    code = error.errno
+    if code in (errno.EACCES, errno.EPERM):
+        return Unusable(f"{what} {path} is not readable and writable by user {user}",
+                        f"sudo chown -R {user} {path} && chmod 700 {path}")
+    if code == errno.EROFS:
+        return Unusable(f"cannot write in {what} {path}: read-only file system (the file "
+                        "system is mounted read-only)",
+                        "mount it read-write (a Docker volume or bind mount without :ro), or "
+                        f"point {setting} at a writable folder")
+    if code == errno.ENOSPC:
+        return Unusable(f"cannot write in {what} {path}: no space left on device",
+                        f"free some space on its disk (df -h {path})")
+    if code == errno.EDQUOT:
+        return Unusable(f"cannot write in {what} {path}: disk quota exceeded",
+                        f"free some of user {user}'s files or raise the quota")
+    if code == errno.EIO:
+        return Unusable(f"cannot write in {what} {path}: input/output error",
+                        "the disk or its file system is failing: check the system log "
+                        f"(dmesg) and move {what} to a sound disk")
+    if code == errno.ENOTDIR:
+        return Unusable(f"{what} {path}: a part of that path is a file, not a folder",
+                        f"point {setting} at a folder")
+    cause = (error.strerror or str(error)).lower()
+    return Unusable(f"cannot write in {what} {path}: {cause}",
+                    f"make {path} a folder that user {user} can write in, or point "
+                    f"{setting} elsewhere")
+
+
+def describe_database(what: str, path: Path, error: sqlite3.Error, *,
+                      user: str | None = None) -> Unusable:
+    """Why SQLite cannot use the database ``what`` at ``path``, from its error code."""
+    user = user or process_user()
+    code = getattr(error, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    cause = str(error)
+    if primary == sqlite3.SQLITE_NOTADB:
+        return Unusable(f"{what} {path} is not a SQLite database ({cause})",
+                        "restore it from a backup, or move it away to start afresh")
+    if primary == sqlite3.SQLITE_CORRUPT:
+        return damaged(what, path, cause)
+    if primary == sqlite3.SQLITE_FULL:
+        return Unusable(f"cannot write {what} {path}: {cause}",
+                        f"free some space on its disk (df -h {path.parent})")
+    if primary == sqlite3.SQLITE_IOERR:
+        return Unusable(f"cannot read or write {what} {path}: {cause}",
+                        "the disk or its file system may be failing: check the system log "
+                        "(dmesg)")
+    if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return Unusable(f"{what} {path} is held by another process ({cause})",
+                        "stop the other process that uses it")
+    if primary == sqlite3.SQLITE_READONLY:
+        return Unusable(f"{what} {path} cannot be written by user {user} ({cause})",
+                        f"sudo chown -R {user} {path.parent} && chmod 600 {path}")
+    return Unusable(f"cannot open {what} {path}: {cause}",
+                    f"check that user {user} can read and write {path.parent}")
+
+
+def describe_store(what: str, path: Path, error: sqlite3.Error | OSError, *, folder: str,
+                   setting: str) -> Unusable:
+    """Why the database ``what`` at ``path`` cannot be opened: its folder's own problem
+    when it has one (read-only, full, foreign owner), else what SQLite said of the file."""
+    if isinstance(error, OSError):
+        return describe_folder(folder, path.parent, error, setting=setting)
+    folder_error = folder_problem(path.parent)
+    if folder_error is not None:
+        return describe_folder(folder, path.parent, folder_error, setting=setting)
+    return describe_database(what, path, error)
+
+
+def damaged(what: str, path: Path, detail: str) -> Unusable:
+    """The database ``what`` at ``path`` has damaged pages (``detail``: SQLite's words)."""
+    return Unusable(f"{what} {path} is damaged ({detail})",
+                    "restore it from a backup, or move it away to start afresh")
+
+
+def failure_cause(error: BaseException) -> str:
+    """The words of the library error behind ``error`` (``database or disk is full``)."""
+    cause = error.__cause__ if error.__cause__ is not None else error
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    return str(cause)
+
+
+class StoreHealth:
+    """Whether a store's writes succeed. The first failure is logged as ERROR with its
+    cause, then at most once every :data:`LOG_EVERY_S` while it lasts, and the first
+    write that succeeds afterwards says the store is back."""
+
+    def __init__(self, what: str, logger: logging.Logger, *, clock: Clock = SYSTEM_CLOCK,
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.what = what
+        self.clock = clock
+        self.on_change = on_change or (lambda: None)
+        """Called when the store starts failing and when it is back."""
+        self._log = logger
+        self.failing_since: float | None = None
+        self.cause: str | None = None
+        self._logged_at = 0.0
+        self._unlogged = 0
+
+    def failed(self, error: BaseException) -> None:
+        """A read or write failed because of the store itself (not the data)."""
+        now = self.clock.time()
+        self.cause = failure_cause(error)
+        if self.failing_since is None:
+            self.failing_since = now
+            self._logged_at = now
+            self._unlogged = 0
+            self._log.error("%s is failing: %s", self.what, self.cause)
+            self.on_change()
+        elif now - self._logged_at >= LOG_EVERY_S:
+            self._log.error("%s still failing since %s: %s (%d more failures)", self.what,
+                            clock_time(self.failing_since), self.cause, self._unlogged + 1)
+            self._logged_at = now
+            self._unlogged = 0
+        else:
+            self._unlogged += 1
+
+    def wrote(self) -> None:
+        """A write was committed."""
+        if self.failing_since is None:
+            return
+        failed_for = self.clock.time() - self.failing_since
+        self.failing_since = self.cause = None
+        self._log.warning("%s writes again after %.0f s of failures", self.what, failed_for)
+        self.on_change()
+
+    def summary(self) -> str:
+        """``ok``, or ``failing since 12:01 UTC (database or disk is full)``."""
+        if self.failing_since is None:
+            return "ok"
+        return f"failing since {clock_time(self.failing_since)} ({self.cause})"
+
+    def status(self) -> dict[str, object]:
+        """For a status file: ``failing_since`` (seconds) and ``cause``, both null if ok."""
+        return {"failing_since": self.failing_since, "cause": self.cause}
+
+
+def clock_time(moment: float) -> str:
+    """``12:01 UTC``: when something started, as a person reads it in a status line."""
+    return datetime.fromtimestamp(moment, UTC).strftime("%H:%M UTC")
