@@ -15,6 +15,7 @@ import getpass
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ from bot.clock import SYSTEM_CLOCK, Clock
 
 LOG_EVERY_S: Final = 60.0
 """A store that keeps failing is logged as ERROR at most this often."""
+QUIET_S: Final = 30.0
+"""A failing store is back once a write succeeds and none has failed for this long."""
 PROBE_BYTES: Final = 4096
 """What the write check writes: one page, so that a full disk says so at start."""
 
@@ -154,58 +157,97 @@ def failure_cause(error: BaseException) -> str:
 
 
 class StoreHealth:
-    """Whether a store's writes succeed. The first failure is logged as ERROR with its
-    cause, then at most once every :data:`LOG_EVERY_S` while it lasts, and the first
-    write that succeeds afterwards says the store is back."""
+    """Whether a store's writes succeed.
+
+    Failures are logged as ERROR with their cause at most once every :data:`LOG_EVERY_S`.
+    A full disk fails some writes and not others, so the store counts as back only when a
+    write succeeds and none has failed for :data:`QUIET_S`; then, if a failure of that
+    spell was logged, a line says so. Safe to call from any thread; ``on_change`` (the
+    store starts failing, or is back) runs in the caller's.
+    """
 
     def __init__(self, what: str, logger: logging.Logger, *, clock: Clock = SYSTEM_CLOCK,
                  on_change: Callable[[], None] | None = None) -> None:
         self.what = what
         self.clock = clock
         self.on_change = on_change or (lambda: None)
-        """Called when the store starts failing and when it is back."""
         self._log = logger
         self.failing_since: float | None = None
+        """When the current spell of failures began; ``None`` while the store is fine."""
         self.cause: str | None = None
-        self._logged_at = 0.0
+        self._failed_at = 0.0
+        self._wrote_at: float | None = None
+        """The last write that succeeded during the spell."""
+        self._logged_at: float | None = None
         self._unlogged = 0
+        """Failures since the last one logged."""
+        self._announced = False
+        """Whether a failure of the current spell was logged."""
+        self._lock = threading.Lock()
 
     def failed(self, error: BaseException) -> None:
         """A read or write failed because of the store itself (not the data)."""
-        now = self.clock.time()
-        self.cause = failure_cause(error)
-        if self.failing_since is None:
-            self.failing_since = now
-            self._logged_at = now
-            self._unlogged = 0
-            self._log.error("%s is failing: %s", self.what, self.cause)
+        with self._lock:
+            started = self._failed(error)
+        if started:
             self.on_change()
-        elif now - self._logged_at >= LOG_EVERY_S:
-            self._log.error("%s still failing since %s: %s (%d more failures)", self.what,
-                            clock_time(self.failing_since), self.cause, self._unlogged + 1)
-            self._logged_at = now
-            self._unlogged = 0
-        else:
+
+    def _failed(self, error: BaseException) -> bool:
+        now = self._failed_at = self.clock.time()
+        self.cause = failure_cause(error)
+        started = self.failing_since is None
+        if started:
+            self.failing_since = now
+            self._announced = False
+        if self._logged_at is not None and now - self._logged_at < LOG_EVERY_S:
             self._unlogged += 1
+            return started
+        if self._unlogged:
+            self._log.error("%s is failing: %s (%d failures in the last %.0f s)", self.what,
+                            self.cause, self._unlogged + 1, now - (self._logged_at or now))
+        else:
+            self._log.error("%s is failing: %s", self.what, self.cause)
+        self._logged_at = now
+        self._unlogged = 0
+        self._announced = True
+        return started
 
     def wrote(self) -> None:
         """A write was committed."""
-        if self.failing_since is None:
+        if self.failing_since is None:  # the usual case, without taking the lock
             return
-        failed_for = self.clock.time() - self.failing_since
-        self.failing_since = self.cause = None
-        self._log.warning("%s writes again after %.0f s of failures", self.what, failed_for)
+        with self._lock:
+            self._wrote_at = self.clock.time()
+        self._end_spell()
+
+    def _end_spell(self) -> None:
+        """Say the store is back if a write succeeded after the last failure, and no write
+        has failed for :data:`QUIET_S`."""
+        with self._lock:
+            now = self.clock.time()
+            if (self.failing_since is None or self._wrote_at is None
+                    or self._wrote_at < self._failed_at or now - self._failed_at < QUIET_S):
+                return
+            failed_for = self._failed_at - self.failing_since
+            self.failing_since = self.cause = self._wrote_at = None
+            announced = self._announced
+        if announced:
+            self._log.warning("%s writes again (it failed for %.0f s)", self.what, failed_for)
         self.on_change()
 
     def summary(self) -> str:
         """``ok``, or ``failing since 12:01 UTC (database or disk is full)``."""
-        if self.failing_since is None:
+        self._end_spell()
+        since, cause = self.failing_since, self.cause
+        if since is None:
             return "ok"
-        return f"failing since {clock_time(self.failing_since)} ({self.cause})"
+        return f"failing since {clock_time(since)} ({cause})"
 
     def status(self) -> dict[str, object]:
         """For a status file: ``failing_since`` (seconds) and ``cause``, both null if ok."""
-        return {"failing_since": self.failing_since, "cause": self.cause}
+        self._end_spell()
+        with self._lock:
+            return {"failing_since": self.failing_since, "cause": self.cause}
 
 
 def clock_time(moment: float) -> str:

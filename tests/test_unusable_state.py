@@ -34,15 +34,19 @@ FULL = ('mount -t tmpfs -o size=256k,mode=0700 tmpfs "$0"'
 """A 256 KiB tmpfs over the folder ``$0``, filled, then the command."""
 
 
-def confined(args: list[str], tmp: Path, folder: Path,
-             script: str) -> subprocess.CompletedProcess[str]:
-    """Run ``skald-telegram ARGS`` in a mount namespace of its own where ``script`` has
-    made ``folder`` unusable (as root, or as a user mapped to root in a user namespace)."""
+def unshare_command(script: str, folder: Path, command: list[str]) -> list[str]:
+    """``command`` in a mount namespace of its own where ``script`` first mounts something
+    on ``folder`` (as root, or as a user mapped to root in a user namespace)."""
     unshare = shutil.which("unshare")
     assert unshare, "unshare (util-linux) is needed to mount a folder for one process"
     namespaces = ["--mount"] if os.geteuid() == 0 else ["--mount", "--map-root-user"]
-    command = [unshare, *namespaces, "sh", "-c", script, str(folder),
-               sys.executable, "-m", "bot", *args]
+    return [unshare, *namespaces, "sh", "-c", script, str(folder), *command]
+
+
+def confined(args: list[str], tmp: Path, folder: Path,
+             script: str) -> subprocess.CompletedProcess[str]:
+    """Run ``skald-telegram ARGS`` where ``script`` has made ``folder`` unusable."""
+    command = unshare_command(script, folder, [sys.executable, "-m", "bot", *args])
     return subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
