@@ -26,6 +26,9 @@ from bot.clock import SYSTEM_CLOCK, Clock
 
 LOG_EVERY_S: Final = 60.0
 """A store that keeps failing is logged as ERROR at most this often."""
+DATA_ERRORS: Final = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+                      sqlite3.ProgrammingError)
+"""What SQLite raises for the data or the statement, not for the store failing."""
 QUIET_S: Final = 30.0
 """A failing store is back once a write succeeds and none has failed for this long."""
 PROBE_BYTES: Final = 4096
@@ -186,7 +189,11 @@ class StoreHealth:
         self._lock = threading.Lock()
 
     def failed(self, error: BaseException) -> None:
-        """A read or write failed because of the store itself (not the data)."""
+        """A read or write failed: counted when the store itself failed (full, locked,
+        I/O), not when SQLite refused the data or the statement (a constraint)."""
+        cause = error.__cause__ if error.__cause__ is not None else error
+        if isinstance(cause, DATA_ERRORS):
+            return
         with self._lock:
             started = self._failed(error)
         if started:

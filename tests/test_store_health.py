@@ -9,6 +9,7 @@ that needs a new page with ``SQLITE_FULL``, as on a full disk.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sqlite3
@@ -17,6 +18,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import eventually
 from test_unusable_state import unshare_command
@@ -225,3 +227,76 @@ def test_a_full_disk_still_lets_the_status_file_say_so(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert '"cause": "database or disk is full"' in result.stdout
+
+
+async def test_the_relay_reports_a_failing_queue_on_its_health_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from test_relay_server import envelope, send, session
+
+    from bot.protocol.identity import Identity
+    from bot.relay.queue import DB_NAME
+    from bot.relay.server import RelayServer
+
+    alice, bob = Identity.generate("alice"), Identity.generate("bob")
+    clock = ShiftedClock()
+    async with RelayServer(tmp_path / "relay", clock=clock) as relay, \
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{relay.port}") as http:
+        assert (await http.get("/health")).text == "ok\n"
+        ws = await session(relay.url, alice)
+
+        async def sent(number: int) -> dict[str, object]:
+            env = envelope(alice, bob, number)
+            await send(ws, {"type": "send", "envelope": env})
+            async with asyncio.timeout(20):  # a write waits 5 s for the lock
+                answer: dict[str, object] = json.loads(await ws.recv())
+            return answer
+
+        # Another process holds the queue's write lock: each write fails after waiting.
+        blocker = sqlite3.connect(tmp_path / "relay" / DB_NAME, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        with caplog.at_level(logging.ERROR, logger="bot.relay.server"):
+            for number in range(2):
+                assert (await sent(number))["type"] == "error"
+        assert errors(caplog, "bot.relay.server") == [
+            "the relay queue is failing: database is locked"]
+        answer = await http.get("/health")
+        assert answer.status_code == 503
+        assert answer.text.startswith("store: failing since ")
+        assert answer.text.endswith(" UTC (database is locked)\n")
+
+        blocker.rollback()
+        blocker.close()
+        assert (await sent(3))["type"] == "sent"
+        assert (await http.get("/health")).status_code == 503  # not yet a quiet spell
+        clock.advance(QUIET_S)
+        assert (await sent(4))["type"] == "sent"
+        assert (await http.get("/health")).text == "ok\n"
+        assert "the relay queue writes again" in caplog.text
+        await ws.close()
+
+
+def test_the_agent_host_store_logs_its_failures_once_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bot.agenthost.store import DB_NAME, AgentStore
+
+    store = AgentStore(tmp_path / "agent")
+    store.health.clock = clock = ShiftedClock()
+    blocker = sqlite3.connect(tmp_path / "agent" / DB_NAME, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        with caplog.at_level(logging.INFO, logger="bot.agenthost.store"):
+            with pytest.raises(StoreError, match="database is locked"):
+                store.set_meta("relay_url", "ws://127.0.0.1:9/v1/connect")
+            assert errors(caplog, "bot.agenthost.store") == [
+                "the agent host's database is failing: database is locked"]
+            blocker.rollback()
+            clock.advance(QUIET_S)
+            with store.transaction():
+                store.set_meta("relay_url", "ws://127.0.0.1:9/v1/connect")
+            assert store.health.summary() == "ok"
+        assert "the agent host's database writes again" in caplog.text
+    finally:
+        blocker.close()
+        store.close()

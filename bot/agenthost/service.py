@@ -87,6 +87,7 @@ class AgentHost:
         self.relay_url = relay_url
         self.notifications = notifications
         self._clock = clock
+        store.health.clock = clock
         self._peers = {card.id: card for card, _, _ in store.devices()}
         self._waiters: dict[str, asyncio.Event] = {}
         self._closing = False

@@ -25,7 +25,7 @@ from bot.agenthost.pairing import PairingSecret
 from bot.errors import IdentityError, StoreError
 from bot.protocol.encoding import b64u_decode, b64u_encode
 from bot.protocol.identity import Identity, PublicCard
-from bot.storefaults import describe_folder, describe_store, folder_problem
+from bot.storefaults import StoreHealth, describe_folder, describe_store, folder_problem
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,8 @@ class AgentStore:
     def __init__(self, folder: Path) -> None:
         private_folder(folder)
         self.path = folder / DB_NAME
+        self.health = StoreHealth("the agent host's database", log)
+        """Whether writes succeed; the failures of the store itself are logged there."""
         old_umask = os.umask(0o077)  # the database, its WAL and its shm file: 0600
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
@@ -168,18 +170,26 @@ class AgentStore:
     def transaction(self) -> Iterator[None]:
         """One atomic change: committed when the block ends, rolled back if it raises."""
         self._execute("BEGIN IMMEDIATE")
+        changes = self._db.total_changes
         try:
             yield
         except BaseException:
             self._db.rollback()
             raise
         self._execute("COMMIT")
+        if self._db.total_changes != changes:
+            self.health.wrote()
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        changes = self._db.total_changes
         try:
-            return self._db.execute(sql, params)
+            cursor = self._db.execute(sql, params)
         except sqlite3.Error as exc:
+            self.health.failed(exc)
             raise StoreError(f"{self.path}: {exc}") from exc
+        if not self._db.in_transaction and self._db.total_changes != changes:
+            self.health.wrote()  # a write that committed by itself
+        return cursor
 
     # -- meta -------------------------------------------------------------------------
 

@@ -322,7 +322,7 @@ class Database:
             self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             self._restore_durability(durable)
-            self._note_failure(exc)
+            self.health.failed(exc)
             raise StoreError(f"cannot start a transaction: {exc}") from exc
         changes = self._connection.total_changes
         self._depth = 1
@@ -343,7 +343,7 @@ class Database:
         try:
             self._connection.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._note_failure(exc)
+            self.health.failed(exc)
             raise StoreError(f"cannot commit: {exc}") from exc
         finally:
             self._restore_durability(durable)
@@ -386,7 +386,7 @@ class Database:
             try:
                 cursor = self._connection.execute(sql, params)
             except sqlite3.Error as exc:
-                self._note_failure(exc)
+                self.health.failed(exc)
                 raise StoreError(f"database error: {exc}") from exc
             # A write outside a transaction commits by itself, and waits for the disk.
             if not self._depth and self._connection.total_changes != changes:
@@ -401,7 +401,7 @@ class Database:
             try:
                 self._connection.executemany(sql, rows)
             except sqlite3.Error as exc:
-                self._note_failure(exc)
+                self.health.failed(exc)
                 raise StoreError(f"database error: {exc}") from exc
 
     def _check_transaction(self) -> None:
@@ -409,13 +409,6 @@ class Database:
         I/O error), refuse to go on: each statement would commit alone."""
         if self._depth and not self._connection.in_transaction:
             raise StoreError("the transaction was rolled back after the store failed")
-
-    def _note_failure(self, error: sqlite3.Error) -> None:
-        """Count ``error`` against the store's health when the store itself failed (not
-        the data or the statement: a constraint, a value out of range)."""
-        if not isinstance(error, sqlite3.IntegrityError | sqlite3.DataError
-                          | sqlite3.InterfaceError | sqlite3.ProgrammingError):
-            self.health.failed(error)
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
