@@ -270,6 +270,17 @@ class AgentHost:
             ],
             "open_items": [item.listing_json() for item in self.store.open_items()],
             "outbox": self.store.outbox_size(),
+            "store": self._store_status(),
+        }
+
+    def _store_status(self) -> dict[str, Any]:
+        """Whether the host's database writes, else since when it fails and why."""
+        health = self.store.health.status()
+        since = health["failing_since"]
+        return {
+            "ok": since is None,
+            "failing_since": it.iso_ms(int(since * 1000)) if isinstance(since, float) else None,
+            "cause": health["cause"],
         }
 
     def new_pairing(self, ttl_s: float = PAIRING_TTL_S) -> tuple[PairingSecret, str]:
