@@ -84,8 +84,8 @@ def relay_data(tmp: Path) -> Path:
     return data
 
 
-COMMANDS = ["run", "audit", "identity", "agent serve", "agent serve (first start)", "relay",
-            "relay (first start)"]
+COMMANDS = ["run", "audit", "identity", "pair", "agent serve", "agent serve (first start)",
+            "relay", "relay (first start)"]
 
 
 def command_for(name: str, tmp: Path) -> tuple[list[str], Path]:
@@ -93,6 +93,13 @@ def command_for(name: str, tmp: Path) -> tuple[list[str], Path]:
     if name in ("run", "audit", "identity"):
         state, config = bot_state(tmp)
         return [name, *config], state
+    if name == "pair":  # a valid link, so that pair reaches the state folder
+        from bot.protocol.identity import Identity
+        from bot.protocol.pairing import format_pairing_uri
+        state, config = bot_state(tmp)
+        link = format_pairing_uri("ws://127.0.0.1:9/v1/connect", Identity.generate("a").card,
+                                  bytes(16))
+        return ["pair", *config, "--chat", "1", link], state
     if name == "agent serve":
         return ["agent", "serve", "--state", str(agent_state(tmp))], tmp / "agent"
     if name == "agent serve (first start)":
