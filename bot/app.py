@@ -231,8 +231,8 @@ async def _checkpoints(store: Store) -> None:
         await asyncio.sleep(CHECKPOINT_S)
         try:
             await asyncio.to_thread(store.checkpoint)
-        except StoreError as exc:
-            log.warning("%s; trying again in %.0f s", exc, CHECKPOINT_S)
+        except StoreError as exc:  # logged by the store's health, once a minute at most
+            store.db.health.failed(exc)
 
 
 async def _heartbeat(config: Config, running: Running) -> None:

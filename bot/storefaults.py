@@ -98,7 +98,7 @@ def describe_folder(what: str, path: Path, error: OSError, *, setting: str,
     if code == errno.ENOTDIR:
         return Unusable(f"{what} {path}: a part of that path is a file, not a folder",
                         f"point {setting} at a folder")
-    cause = (error.strerror or str(error)).lower()
+    cause = error.strerror.lower() if error.strerror else str(error)
     return Unusable(f"cannot write in {what} {path}: {cause}",
                     f"make {path} a folder that user {user} can write in, or point "
                     f"{setting} elsewhere")

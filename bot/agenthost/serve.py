@@ -163,6 +163,8 @@ def serve(options: ServeOptions, out: TextIO = sys.stdout) -> int:
                 token = api_token(state) if options.listen else None
                 sockets = [_unix_socket(state / SOCKET_NAME)]
             except OSError as exc:
+                if exc.errno is None:  # not the folder: a socket path too long, say
+                    raise HostError(f"cannot listen on {state / SOCKET_NAME}: {exc}") from exc
                 raise HostError(unusable_folder(state, exc)) from exc
             if options.listen:
                 sockets.append(_tcp_socket(options.listen))

@@ -31,7 +31,7 @@ from bot.agenthost.pairing import (
 )
 from bot.agenthost.store import AgentStore
 from bot.clock import SYSTEM_CLOCK, Clock
-from bot.errors import EnvelopeRefused, PayloadError, RefusalReason, SkaldError
+from bot.errors import EnvelopeRefused, PayloadError, RefusalReason, SkaldError, StoreError
 from bot.protocol.encoding import args_sha256, canonical_json
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
@@ -494,6 +494,8 @@ class AgentHost:
                 await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
             try:
                 self.expire_due()
+            except StoreError as exc:  # the store's health logs it, once a minute at most
+                log.debug("cannot expire items: %s", exc)
             except SkaldError as exc:
                 log.error("cannot expire items: %s", exc)
 
