@@ -11,6 +11,7 @@ covered by a small filled tmpfs.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 import sqlite3
@@ -34,13 +35,26 @@ FULL = ('mount -t tmpfs -o size=256k,mode=0700 tmpfs "$0"'
 """A 256 KiB tmpfs over the folder ``$0``, filled, then the command."""
 
 
-def unshare_command(script: str, folder: Path, command: list[str]) -> list[str]:
-    """``command`` in a mount namespace of its own where ``script`` first mounts something
-    on ``folder`` (as root, or as a user mapped to root in a user namespace)."""
+@functools.cache
+def namespaces() -> list[str]:
+    """``unshare`` options for a mount namespace this process may mount in: its own as
+    root, else in a user namespace of its own where it is root (as in a container without
+    the right to mount)."""
     unshare = shutil.which("unshare")
     assert unshare, "unshare (util-linux) is needed to mount a folder for one process"
-    namespaces = ["--mount"] if os.geteuid() == 0 else ["--mount", "--map-root-user"]
-    return [unshare, *namespaces, "sh", "-c", script, str(folder), *command]
+    for options in (["--mount"], ["--mount", "--map-root-user"]):
+        tried = subprocess.run([unshare, *options, "mount", "-t", "tmpfs", "tmpfs", "/mnt"],
+                               capture_output=True, timeout=30)
+        if tried.returncode == 0:
+            return [unshare, *options]
+    raise AssertionError("no mount namespace may be made here: neither root's right to "
+                         "mount nor user namespaces")
+
+
+def unshare_command(script: str, folder: Path, command: list[str]) -> list[str]:
+    """``command`` in a mount namespace of its own where ``script`` first mounts something
+    on ``folder``."""
+    return [*namespaces(), "sh", "-c", script, str(folder), *command]
 
 
 def confined(args: list[str], tmp: Path, folder: Path,
