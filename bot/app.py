@@ -187,6 +187,7 @@ class Bot:
         stack.push_async_callback(pool.stop)
         running = Running(application, bridge, store, pool, worker, timers, handlers, changed,
                           self._supervisor or Supervisor())
+        _watch_store(store, running.supervisor, self._clock)
         stack.callback(remove_status, config.status_path)
         running.supervisor.start("card worker", worker.run)
         running.supervisor.start("timers", timers.run)
@@ -211,6 +212,18 @@ class Bot:
         return running
 
 
+def _watch_store(store: Store, supervisor: Supervisor, clock: Clock) -> None:
+    """Time the store's failures on the bot's clock, and rewrite the status file at once
+    when the store starts failing or is back (a write may fail in a worker thread)."""
+    loop = asyncio.get_running_loop()
+
+    def changed() -> None:
+        loop.call_soon_threadsafe(supervisor.changed.set)
+
+    store.db.health.clock = clock
+    store.db.health.on_change = changed
+
+
 async def _checkpoints(store: Store) -> None:
     """Copy the database's write-ahead log into its file every :data:`CHECKPOINT_S`, in a
     thread, so that no commit on the event loop does it."""
@@ -218,14 +231,20 @@ async def _checkpoints(store: Store) -> None:
         await asyncio.sleep(CHECKPOINT_S)
         try:
             await asyncio.to_thread(store.checkpoint)
-        except StoreError as exc:
-            log.warning("%s; trying again in %.0f s", exc, CHECKPOINT_S)
+        except StoreError as exc:  # logged by the store's health, once a minute at most
+            store.db.health.failed(exc)
 
 
 async def _heartbeat(config: Config, running: Running) -> None:
     """Rewrite the status file every :data:`HEARTBEAT_S` seconds, and at once when a
-    task fails: the process, its tasks' liveness and each relay session's state."""
+    task fails or the store starts failing or is back: the process, its tasks' liveness,
+    each relay session's state and the store's."""
     while True:
+        try:
+            counts = {"open_items": running.store.items.open_count(),
+                      "outbox": running.store.outbox.depth()}
+        except StoreError:  # said by the store's health, in the status too
+            counts = {}
         try:
             write_status(config.status_path, {
                 "pid": os.getpid(),
@@ -235,8 +254,8 @@ async def _heartbeat(config: Config, running: Running) -> None:
                      "since": s.since.timestamp() if s.since else None}
                     for s in running.relays.statuses()
                 ],
-                "open_items": running.store.items.open_count(),
-                "outbox": running.store.outbox.depth(),
+                "store": running.store.db.health.status(),
+                **counts,
             })
         except OSError as exc:
             log.warning("could not write the status file %s: %s", config.status_path, exc)

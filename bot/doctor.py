@@ -30,6 +30,7 @@ from bot.relay.client import authenticate
 from bot.relay.frames import MAX_FRAME_BYTES
 from bot.statedir import creatable, process_user, readable_by_others
 from bot.store import SCHEMA_VERSION, Store
+from bot.storefaults import describe_folder, folder_problem
 
 RELAY_TIMEOUT_S: Final = 5.0
 TOKEN_TIMEOUT_S: Final = 10.0
@@ -127,9 +128,12 @@ def check_state_dir(path: Path) -> Check:
     if not path.is_dir():
         return Check(name, False, f"{path} is a file, not a folder", "set state.dir to a folder")
     mode = stat.S_IMODE(path.stat().st_mode)
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        return Check(name, False, f"{path} is not readable and writable by user {user}",
-                     f"sudo chown -R {user} {path} && chmod 700 {path}")
+    error = folder_problem(path)
+    if error is not None:
+        unusable = describe_folder("the state folder", path, error, setting="state.dir",
+                                   user=user)
+        return Check(name, False, unusable.problem.removeprefix("the state folder "),
+                     unusable.fix)
     if mode & 0o077:
         return Check(name, False, f"{path} is accessible by others (mode {mode:04o}); it holds "
                      "decrypted requests", f"chmod 700 {path}")
@@ -167,8 +171,11 @@ def check_database(path: Path) -> tuple[Check, list[str]]:
     try:
         store = Store.open(path)
     except StoreError as exc:
-        return Check(name, False, str(exc),
-                     "upgrade skald-telegram, or restore the state folder from a backup"), []
+        # The store's one line ends with the fix when it knows what fits the cause.
+        detail, _, fix = str(exc).partition("; fix: ")
+        return Check(name, False, detail,
+                     fix or "upgrade skald-telegram, or restore the state folder from a "
+                            "backup"), []
     try:
         version = store.db.schema_version()
         relays = sorted({peer.relay_url for peer in store.agents.peers()})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
 from pathlib import Path
+
+from bot.storefaults import clock_time
 
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 120.0
@@ -14,16 +17,34 @@ RELAY_GRACE_S = 300.0
 
 
 def write_status(path: Path, status: dict[str, object]) -> None:
-    """Atomically replace the status file with ``status`` plus the current time."""
+    """Atomically replace the status file with ``status`` plus the current time; on a full
+    disk, overwrite the file in place instead, so that it can still say the store fails."""
     temporary = path.with_suffix(".tmp")
     data = json.dumps({**status, "updated_at": time.time()}).encode("utf-8")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.exists():
+            raise
+        _overwrite(path, data)
+        return
+    os.replace(temporary, path)
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    """Write ``data`` over the start of the file ``path``, padded with spaces to its length
+    (JSON allows them): the blocks it has are reused, none is asked of a full disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        os.pwrite(fd, data.ljust(os.fstat(fd).st_size), 0)
     finally:
         os.close(fd)
-    os.replace(temporary, path)
 
 
 def remove_status(path: Path) -> None:
@@ -56,6 +77,10 @@ def check_status(path: Path, *, now: float | None = None) -> tuple[bool, str]:
         return False, f"the bot (process {pid}) that wrote {path} is not running any more"
     if age > STALE_AFTER_S:
         return False, f"the bot's status is {age:.0f} s old: it seems stuck or stopped"
+    store = status.get("store") or {}
+    if isinstance(store, dict) and isinstance(store.get("failing_since"), int | float):
+        return False, (f"store: failing since {clock_time(store['failing_since'])} "
+                       f"({store.get('cause')})")
     tasks = status.get("tasks", {})
     dead = sorted(name for name, task in tasks.items() if not task.get("alive", False))
     if dead:

@@ -145,6 +145,7 @@ async def test_pairing_and_every_pair_reject_reason(tmp_path: Path) -> None:
         status = await run_cli("agent", "status", env=host.env)
         assert status.code == 0
         assert "phone" in status.out and "paired devices: 1" in status.out
+        assert "\nstore: ok\n" in status.out
         assert prober.kinds() == ["pair_reject"]  # still one, well over the same second later
 
         unpaired = await run_cli("agent", "unpair", "phone", env=host.env)

@@ -46,9 +46,10 @@ RULES = (
     # Shared adapters and settings.
     Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),
     Rule("bot.keyfile", may=frozenset({"bot.protocol"})),
-    Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals"})),
+    Rule("bot.storefaults", may=frozenset()),
+    Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals", "bot.storefaults"})),
     # The bot application, bottom up.
-    Rule("bot.store", may=frozenset({"bot.core"})),
+    Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults"})),
     Rule("bot.bridge", may=frozenset({"bot.core", "bot.protocol", "bot.store", "bot.config"})),
     Rule("bot.tg", may=frozenset({"bot.bridge", "bot.core", "bot.protocol", "bot.render",
                                   "bot.config", "bot.relay"})),

@@ -26,7 +26,7 @@ import uvicorn
 
 from bot.agenthost.api import create_app
 from bot.agenthost.service import AgentHost
-from bot.agenthost.store import AgentStore, private_folder
+from bot.agenthost.store import AgentStore, private_folder, unusable_folder
 from bot.errors import RelayError, SkaldError, StoreError
 from bot.heap import keep_large_buffers
 from bot.protocol.identity import Identity
@@ -62,7 +62,10 @@ def default_name() -> str:
 
 @contextlib.contextmanager
 def _exclusive(state: Path) -> Iterator[None]:
-    fd = os.open(state / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(state / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise HostError(unusable_folder(state, exc)) from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -156,8 +159,13 @@ def serve(options: ServeOptions, out: TextIO = sys.stdout) -> int:
         store = AgentStore(state)
         try:
             host = open_host(store, options)
-            token = api_token(state) if options.listen else None
-            sockets = [_unix_socket(state / SOCKET_NAME)]
+            try:
+                token = api_token(state) if options.listen else None
+                sockets = [_unix_socket(state / SOCKET_NAME)]
+            except OSError as exc:
+                if exc.errno is None:  # not the folder: a socket path too long, say
+                    raise HostError(f"cannot listen on {state / SOCKET_NAME}: {exc}") from exc
+                raise HostError(unusable_folder(state, exc)) from exc
             if options.listen:
                 sockets.append(_tcp_socket(options.listen))
             keep_large_buffers()  # envelopes of up to a megabyte, opened and sealed

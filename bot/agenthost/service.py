@@ -31,7 +31,7 @@ from bot.agenthost.pairing import (
 )
 from bot.agenthost.store import AgentStore
 from bot.clock import SYSTEM_CLOCK, Clock
-from bot.errors import EnvelopeRefused, PayloadError, RefusalReason, SkaldError
+from bot.errors import EnvelopeRefused, PayloadError, RefusalReason, SkaldError, StoreError
 from bot.protocol.encoding import args_sha256, canonical_json
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES, Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
@@ -95,6 +95,7 @@ class AgentHost:
         self.relay_url = relay_url
         self.notifications = notifications
         self._clock = clock
+        store.health.clock = clock
         self._peers = {card.id: card for card, _, _ in store.devices()}
         self._waiters: dict[str, asyncio.Event] = {}
         self._closing = False
@@ -284,6 +285,17 @@ class AgentHost:
             ],
             "open_items": [item.listing_json() for item in self.store.open_items()],
             "outbox": self.store.outbox_size(),
+            "store": self._store_status(),
+        }
+
+    def _store_status(self) -> dict[str, Any]:
+        """Whether the host's database writes, else since when it fails and why."""
+        health = self.store.health.status()
+        since = health["failing_since"]
+        return {
+            "ok": since is None,
+            "failing_since": it.iso_ms(int(since * 1000)) if isinstance(since, float) else None,
+            "cause": health["cause"],
         }
 
     def new_pairing(self, ttl_s: float = PAIRING_TTL_S) -> tuple[PairingSecret, str]:
@@ -497,6 +509,8 @@ class AgentHost:
                 await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
             try:
                 self.expire_due()
+            except StoreError as exc:  # the store's health logs it, once a minute at most
+                log.debug("cannot expire items: %s", exc)
             except SkaldError as exc:
                 log.error("cannot expire items: %s", exc)
 

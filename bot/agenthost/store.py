@@ -25,10 +25,13 @@ from bot.agenthost.pairing import PairingSecret
 from bot.errors import IdentityError, StoreError
 from bot.protocol.encoding import b64u_decode, b64u_encode
 from bot.protocol.identity import Identity, PublicCard
+from bot.storefaults import StoreHealth, describe_folder, describe_store, folder_problem
 
 log = logging.getLogger(__name__)
 
 DB_NAME: Final = "agent.sqlite3"
+WHAT: Final = "the agent host's state folder"
+SETTING: Final = "--state (or $SKALD_AGENT_STATE)"
 
 _MIGRATIONS: Final = (
     """
@@ -100,16 +103,25 @@ _MIGRATIONS: Final = (
 
 
 def private_folder(path: Path) -> Path:
-    """Create ``path`` with mode 0700 if needed; refuse one that others can open."""
+    """Create ``path`` with mode 0700 if needed; refuse one that others can open, or that
+    this process cannot write in (saying why: read-only, full, someone else's)."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
-        raise StoreError(f"cannot create the state folder {path}: {exc.strerror}") from exc
+        raise StoreError(unusable_folder(path, exc)) from exc
     if mode & 0o077:
         raise StoreError(f"the state folder {path} is open to group or others (mode "
                          f"{mode:04o}); fix it with: chmod 700 {path}")
+    error = folder_problem(path)
+    if error is not None:
+        raise StoreError(unusable_folder(path, error)) from error
     return path
+
+
+def unusable_folder(path: Path, error: OSError) -> str:
+    """One line for the host's state folder at ``path`` that ``error`` made unusable."""
+    return str(describe_folder(WHAT, path, error, setting=SETTING))
 
 
 class AgentStore:
@@ -118,6 +130,8 @@ class AgentStore:
     def __init__(self, folder: Path) -> None:
         private_folder(folder)
         self.path = folder / DB_NAME
+        self.health = StoreHealth("the agent host's database", log)
+        """Whether writes succeed; the failures of the store itself are logged there."""
         old_umask = os.umask(0o077)  # the database, its WAL and its shm file: 0600
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
@@ -127,7 +141,8 @@ class AgentStore:
             self._db.execute("PRAGMA temp_store=MEMORY")  # no temporary files for undo
             self._migrate()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+            raise StoreError(str(describe_store("the agent host's database", self.path, exc,
+                                                folder=WHAT, setting=SETTING))) from exc
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
@@ -155,18 +170,26 @@ class AgentStore:
     def transaction(self) -> Iterator[None]:
         """One atomic change: committed when the block ends, rolled back if it raises."""
         self._execute("BEGIN IMMEDIATE")
+        changes = self._db.total_changes
         try:
             yield
         except BaseException:
             self._db.rollback()
             raise
         self._execute("COMMIT")
+        if self._db.total_changes != changes:
+            self.health.wrote()
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        changes = self._db.total_changes
         try:
-            return self._db.execute(sql, params)
+            cursor = self._db.execute(sql, params)
         except sqlite3.Error as exc:
+            self.health.failed(exc)
             raise StoreError(f"{self.path}: {exc}") from exc
+        if not self._db.in_transaction and self._db.total_changes != changes:
+            self.health.wrote()  # a write that committed by itself
+        return cursor
 
     # -- meta -------------------------------------------------------------------------
 

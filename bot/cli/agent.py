@@ -110,6 +110,9 @@ def run_status(args: argparse.Namespace) -> int:
     state = "connected" if relay["connected"] else f"not connected ({relay['last_error']})"
     print(f"agent {agent['name']} ({agent['id']})")
     print(f"relay {relay['url']}: {state}; outbox {status['outbox']}")
+    store = status.get("store") or {"ok": True}
+    print("store: ok" if store["ok"] else
+          f"store: failing since {store['failing_since']} ({store['cause']})")
     print(f"paired devices: {len(status['devices'])}")
     for device in status["devices"]:
         print(f"  {device['name']} ({device['id']}), paired {device['paired_at']}")

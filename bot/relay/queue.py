@@ -32,6 +32,7 @@ import enum
 import json
 import logging
 import sqlite3
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +40,18 @@ from typing import Final, TypeVar
 
 from bot.errors import StoreError
 from bot.relay.limits import MIB, QueueLimits
+from bot.storefaults import damaged, describe_store, folder_problem
 
 log = logging.getLogger(__name__)
 
 _K = TypeVar("_K")
 
 DB_NAME: Final = "relay-queue.sqlite3"
+WHAT: Final = "the relay queue"
+CHECK_S: Final = 5.0
+"""How long the integrity check at start may take at most."""
+CHECK_STEPS: Final = 10_000
+"""SQLite steps between two looks at the clock during the integrity check."""
 SCHEMA_VERSION: Final = 4
 """``PRAGMA user_version`` of the current schema; 0 is a new file or the first schema."""
 
@@ -313,27 +320,36 @@ class RelayQueue:
         self._recount()
 
     @classmethod
-    def open(cls, data_dir: Path, *, limits: QueueLimits | None = None) -> RelayQueue:
-        """Open (creating or upgrading if needed) the queue in ``data_dir``."""
+    def open(
+        cls, data_dir: Path, *, limits: QueueLimits | None = None, check_s: float = CHECK_S
+    ) -> RelayQueue:
+        """Open (creating or upgrading if needed) the queue in ``data_dir``, after checking
+        that the folder can be written and the file is sound (for up to ``check_s``)."""
         path = data_dir / DB_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(_unusable(path, exc)) from exc
+        if (error := folder_problem(data_dir)) is not None:
+            raise StoreError(_unusable(path, error)) from error
+        try:
             connection = sqlite3.connect(
                 path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(_unusable(path, exc)) from exc
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             # Pages a statement may have to undo are kept in memory, not a temporary file.
             connection.execute("PRAGMA temp_store=MEMORY")
+            check_integrity(connection, path, check_s)
             _ensure_schema(connection)
             reader = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
             connection.close()
-            raise StoreError(f"cannot open the relay queue in {data_dir}: {exc}") from exc
+            raise StoreError(_unusable(path, exc)) from exc
         except StoreError:
             connection.close()
             raise
@@ -588,6 +604,34 @@ def _last_within(sizes: list[tuple[int, int]], max_bytes: int) -> int | None:
             break
         last = seq
     return last
+
+
+def check_integrity(connection: sqlite3.Connection, path: Path, seconds: float) -> None:
+    """Refuse a queue whose pages are damaged (``PRAGMA quick_check``), giving the check
+    ``seconds`` at most: on a queue too large to read in that time, what was not checked
+    is not, and a damaged page is found when it is read."""
+    deadline = time.monotonic() + seconds
+    connection.set_progress_handler(lambda: time.monotonic() > deadline, CHECK_STEPS)
+    try:
+        rows = connection.execute("PRAGMA quick_check(3)").fetchall()
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode != sqlite3.SQLITE_INTERRUPT:
+            raise
+        log.warning("the integrity check of %s stopped after %.0f s, unfinished: the "
+                    "queue is too large to check in full at start", path, seconds)
+        return
+    finally:
+        connection.set_progress_handler(None, 0)
+    # SQLite's report spreads over lines and starts with a header ("*** in database …").
+    problems = [line for (text,) in rows if text != "ok" for line in str(text).splitlines()
+                if line.strip() and not line.startswith("***")]
+    if problems:
+        raise StoreError(str(damaged(WHAT, path, "; ".join(problems[:3]))))
+
+
+def _unusable(path: Path, error: sqlite3.Error | OSError) -> str:
+    return str(describe_store(WHAT, path, error, folder="the relay's data folder",
+                              setting="--data"))
 
 
 def _ensure_schema(db: sqlite3.Connection) -> None:

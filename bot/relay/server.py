@@ -38,6 +38,10 @@ while the event loop goes on reading: everything that arrives meanwhile, from ev
 (envelopes, acknowledgements, new sessions), shares the next transaction, so a burst costs
 one disk sync, and a handful of statements, rather than one of each per frame. Answers keep
 the order of the frames they answer.
+
+A queue that fails while the relay runs is logged as ERROR at most once a minute, and
+``GET /health`` on the relay's port says so (503 ``store: failing since …``) until writes
+succeed again (200 ``ok``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.errors import EnvelopeRefused, ProtocolError, RefusalReason, RelayError, StoreError
 from bot.protocol.envelope import parse_envelope
 from bot.protocol.relayauth import verify_auth_frame
@@ -111,10 +116,12 @@ from bot.relay.queue import (
     RelayQueue,
     message_bytes,
 )
+from bot.storefaults import StoreHealth
 
 log = logging.getLogger(__name__)
 
 PATH: Final = "/v1/connect"
+HEALTH_PATH: Final = "/health"
 MAX_REFUSED_FRAMES: Final = 10
 """Refused frames in a row after which the connection is closed (code 1008)."""
 AUTH_TIMEOUT_S: Final = 10.0
@@ -439,6 +446,7 @@ class RelayServer:
         auth_timeout: float = AUTH_TIMEOUT_S,
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not 0 <= port <= 65535:
             raise RelayError(f"port {port} is out of range: use 0 to 65535")
@@ -481,6 +489,8 @@ class RelayServer:
         self._writer: asyncio.Task[None] | None = None
         self._stopping = False
         self._previous_handler: Any = None
+        self.health = StoreHealth("the relay queue", log, clock=clock)
+        """Whether the queue's writes succeed; what ``GET /health`` reports."""
 
     @property
     def url(self) -> str:
@@ -509,7 +519,7 @@ class RelayServer:
         self._server = await serve(
             self._handle,
             sock=listener,
-            process_request=_only_relay_path,
+            process_request=self._route,
             max_size=PRE_AUTH_MESSAGE_BYTES,  # raised once the session is authenticated
             max_queue=MAX_QUEUED_FRAMES,
             compression=None,  # ciphertext: deflate costs CPU and saves little
@@ -615,7 +625,7 @@ class RelayServer:
                 async with self._disk:
                     self._purge()
             except StoreError as exc:
-                log.error("relay queue purge failed: %s", exc)
+                self.health.failed(exc)
 
     async def _handle(self, ws: ServerConnection) -> None:
         assert isinstance(ws, _Connection)
@@ -809,8 +819,9 @@ class RelayServer:
                 applied = await asyncio.to_thread(self._queue.apply, batch, _now_ms())
         except StoreError as exc:
             # Acks are lost with it: those envelopes come again, at-least-once holds.
-            log.error("relay queue failed: %s", exc)
+            self.health.failed(exc)
         else:
+            self.health.wrote()
             results, seqs = list(applied.results), applied.seqs
             if applied.removed < len(batch.acks):
                 log.debug("%d acks for envelopes not queued", len(batch.acks) - applied.removed)
@@ -905,8 +916,21 @@ class RelayServer:
         except ConnectionClosed:
             return
         except StoreError as exc:
-            log.error("relay queue failed, closing session %s: %s", session.id, exc)
+            self.health.failed(exc)
+            log.debug("closing session %s: the relay queue failed", session.id)
             await session.ws.close(CLOSE_INTERNAL, "relay queue failed")
+
+    def _route(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The relay's one WebSocket path, and its health for load balancers and probes."""
+        path = urlsplit(request.path).path
+        if path == HEALTH_PATH:
+            summary = self.health.summary()
+            if summary == "ok":
+                return connection.respond(HTTPStatus.OK, "ok\n")
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"store: {summary}\n")
+        if path != PATH:
+            return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
+        return None
 
     def _refusal(self, who: str, code: str, detail: str, envelope_id: str | None = None) -> str:
         """Log a refused frame (never its contents, and not too often) and return the
@@ -952,12 +976,6 @@ async def _drop_frames(ws: ServerConnection) -> None:
     with contextlib.suppress(ConnectionClosed):
         async for _ in ws:
             pass
-
-
-def _only_relay_path(connection: ServerConnection, request: Request) -> Response | None:
-    if urlsplit(request.path).path != PATH:
-        return connection.respond(HTTPStatus.NOT_FOUND, "not found\n")
-    return None
 
 
 def address_key(peer: object) -> str:

@@ -7,6 +7,7 @@ between any two lines leaves a state the next start can finish.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from bot.errors import StoreError
+from bot.storefaults import StoreHealth, describe_store
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -248,6 +252,8 @@ class Database:
         """Commits that waited for the disk so far."""
         self.before_commit: Callable[[], None] = lambda: None
         """Runs inside every outermost transaction just before it commits."""
+        self.health = StoreHealth(f"the state database {path}", log)
+        """Whether writes succeed; the failures of the store itself are logged there."""
 
     @classmethod
     def open(cls, path: Path) -> Database:
@@ -267,7 +273,7 @@ class Database:
             connection.execute("PRAGMA temp_store=MEMORY")
             _migrate(connection, path)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot open the state database {path}: {exc}") from exc
+            raise StoreError(unusable_database(path, exc)) from exc
         return cls(connection, path)
 
     def close(self) -> None:
@@ -316,29 +322,34 @@ class Database:
             self._connection.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             self._restore_durability(durable)
+            self.health.failed(exc)
             raise StoreError(f"cannot start a transaction: {exc}") from exc
+        changes = self._connection.total_changes
         self._depth = 1
         try:
             yield
         except BaseException:
             self._depth = 0
-            self._connection.execute("ROLLBACK")
+            self._rollback()
             self._restore_durability(durable)
             raise
         try:
             self.before_commit()
         except BaseException:
             self._depth = 0
-            self._connection.execute("ROLLBACK")
+            self._rollback()
             raise
         self._depth = 0
         try:
             self._connection.execute("COMMIT")
         except sqlite3.Error as exc:
+            self.health.failed(exc)
             raise StoreError(f"cannot commit: {exc}") from exc
         finally:
             self._restore_durability(durable)
         self.durable_commits += durable
+        if self._connection.total_changes != changes:
+            self.health.wrote()
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -351,10 +362,17 @@ class Database:
             try:
                 yield
             except BaseException:
-                self.run("ROLLBACK TO part")
-                self.run("RELEASE part")
+                if self._connection.in_transaction:  # else SQLite undid all of it
+                    self.run("ROLLBACK TO part")
+                    self.run("RELEASE part")
                 raise
             self.run("RELEASE part")
+
+    def _rollback(self) -> None:
+        """Undo the transaction, unless SQLite already did: it rolls back by itself after
+        some failures (a full disk, an I/O error), and a second rollback would fail."""
+        if self._connection.in_transaction:
+            self._connection.execute("ROLLBACK")
 
     def _restore_durability(self, durable: bool) -> None:
         """Every other commit (single statements included) waits for the disk again."""
@@ -363,14 +381,17 @@ class Database:
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
+            self._check_transaction()
             changes = self._connection.total_changes
             try:
                 cursor = self._connection.execute(sql, params)
             except sqlite3.Error as exc:
+                self.health.failed(exc)
                 raise StoreError(f"database error: {exc}") from exc
             # A write outside a transaction commits by itself, and waits for the disk.
             if not self._depth and self._connection.total_changes != changes:
                 self.durable_commits += 1
+                self.health.wrote()
             return cursor
 
     def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -380,7 +401,14 @@ class Database:
             try:
                 self._connection.executemany(sql, rows)
             except sqlite3.Error as exc:
+                self.health.failed(exc)
                 raise StoreError(f"database error: {exc}") from exc
+
+    def _check_transaction(self) -> None:
+        """Inside a transaction that SQLite rolled back by itself (after a full disk or an
+        I/O error), refuse to go on: each statement would commit alone."""
+        if self._depth and not self._connection.in_transaction:
+            raise StoreError("the transaction was rolled back after the store failed")
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
@@ -400,6 +428,12 @@ def is_store_failure(error: BaseException) -> bool:
     cause = error.__cause__
     return not isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError
                           | sqlite3.InterfaceError | sqlite3.ProgrammingError)
+
+
+def unusable_database(path: Path, error: sqlite3.Error | OSError) -> str:
+    """One line saying why the state database at ``path`` cannot be opened."""
+    return str(describe_store("the state database", path, error, folder="the state folder",
+                              setting="state.dir"))
 
 
 def _create_private(path: Path) -> None:
