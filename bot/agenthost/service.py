@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -331,76 +332,100 @@ class AgentHost:
             log.log(level, "dropped envelope %s: %s", raw.get("id"), exc)
             return
         ended: list[Item] = []
+        # What to log, remember and wake once the change has committed: a store that fails
+        # leaves the envelope not handled yet, delivered again, and nothing said about it.
+        committed: list[Callable[[], None]] = []
         with self.store.transaction():
             self.store.remember(opened.envelope.id, opened.envelope.ts)
             self.store.forget_replay(now - RETENTION_MS)
             payload = opened.payload
             if isinstance(payload, PairRequest):
-                self._on_pair_request(opened, payload, now)
+                self._on_pair_request(opened, payload, now, committed)
             elif isinstance(payload, ApprovalDecision):
-                ended = self._on_decision(opened, payload, now)
+                ended = self._on_decision(opened, payload, now, committed)
             elif isinstance(payload, ClarificationAnswer):
-                ended = self._on_answer(opened, payload, now)
+                ended = self._on_answer(opened, payload, now, committed)
             elif isinstance(payload, InboxRequest):
                 self._broadcast([opened.sender])
             elif isinstance(payload, GrantRevoke):
                 if self.store.end_grant(payload.grant_id, now):
-                    log.info("grant %s revoked by %s on device %s", payload.grant_id,
-                             payload.revoked_by.name, opened.sender.id)
+                    committed.append(functools.partial(
+                        log.info, "grant %s revoked by %s on device %s", payload.grant_id,
+                        payload.revoked_by.name, opened.sender.id))
                 self._broadcast(self._peers.values())
             else:
                 log.debug("ignored a %s from %s", type(payload).__name__, opened.sender.id)
+        for step in committed:
+            step()
         self._after_change(ended)
 
-    def _on_pair_request(self, opened: Opened, request: PairRequest, now: int) -> None:
+    def _on_pair_request(
+        self, opened: Opened, request: PairRequest, now: int,
+        committed: list[Callable[[], None]],
+    ) -> None:
         device = opened.sender
         self.store.forget_secrets(now - USED_SECRET_KEPT_MS)
         verdict = judge(request, self.identity.id, self.store.secrets(), now)
         if not isinstance(verdict, Accept):
-            log.warning("refused pairing of device %s: %s", device.id, verdict.reason)
+            committed.append(functools.partial(
+                log.warning, "refused pairing of device %s: %s", device.id, verdict.reason))
             if reject_allowed(self._last_reject.get(device.id), now):
-                self._last_reject[device.id] = now
+                committed.append(functools.partial(self._last_reject.__setitem__, device.id,
+                                                   now))
                 self._send(device, raw_payload("pair_reject", {"reason": verdict.reason}), now)
             return
         self.store.use_secret(verdict.secret.pairing_id, device.id, now)
         self.store.add_device(device, request.device.platform, now)
-        self._peers[device.id] = device
         accept = {"agent": {"id": self.identity.id, "name": self.name}, "device_id": device.id}
         self._send(device, raw_payload("pair_accept", accept), now)
         self._broadcast([device])
-        self._wake(f"pairing:{verdict.secret.pairing_id}")
-        log.info("paired with device %s (%s)", device.id, device.name)
+        committed += [
+            functools.partial(self._peers.__setitem__, device.id, device),
+            functools.partial(self._wake, f"pairing:{verdict.secret.pairing_id}"),
+            functools.partial(log.info, "paired with device %s (%s)", device.id, device.name),
+        ]
 
-    def _on_decision(self, opened: Opened, decision: ApprovalDecision, now: int) -> list[Item]:
+    def _on_decision(
+        self, opened: Opened, decision: ApprovalDecision, now: int,
+        committed: list[Callable[[], None]],
+    ) -> list[Item]:
         def step(item: Item) -> Item | it.Refused:
             result = it.decide(item, decision, now)
             if isinstance(result, Item) and result.state is State.APPROVED and decision.grant:
-                self._give_grant(result, decision, now)
+                self._give_grant(result, decision, now, committed)
             return result
 
-        return self._resolve(opened, decision.approval_id, "decision", now, step)
+        return self._resolve(opened, decision.approval_id, "decision", now, step, committed)
 
-    def _give_grant(self, item: Item, decision: ApprovalDecision, now: int) -> None:
+    def _give_grant(
+        self, item: Item, decision: ApprovalDecision, now: int,
+        committed: list[Callable[[], None]],
+    ) -> None:
         """Keep the grant an approval came with, if the host offered that key for it; a
         refused grant leaves the approval as it is."""
         assert decision.grant is not None
         grant = gr.give(self.store.item_offer(item.item_id), decision.grant,
                         it.person_json(decision.decided_by), now)
         if isinstance(grant, str):
-            log.warning("refused the grant of decision %s for %s: %s", decision.decision_id,
-                        item.item_id, grant)
+            committed.append(functools.partial(
+                log.warning, "refused the grant of decision %s for %s: %s",
+                decision.decision_id, item.item_id, grant))
             return
         self.store.add_grant(grant, item.item_id)
-        log.info("grant %s (%s) given by %s until %s", grant.grant_id, grant.label,
-                 grant.by_name, it.iso_ms(grant.expires_ms))
+        committed.append(functools.partial(
+            log.info, "grant %s (%s) given by %s until %s", grant.grant_id, grant.label,
+            grant.by_name, it.iso_ms(grant.expires_ms)))
 
-    def _on_answer(self, opened: Opened, answer: ClarificationAnswer, now: int) -> list[Item]:
+    def _on_answer(
+        self, opened: Opened, answer: ClarificationAnswer, now: int,
+        committed: list[Callable[[], None]],
+    ) -> list[Item]:
         return self._resolve(opened, answer.clarification_id, "answer", now,
-                             lambda item: it.answer(item, answer, now))
+                             lambda item: it.answer(item, answer, now), committed)
 
     def _resolve(
         self, opened: Opened, item_id: str, kind: str, now: int,
-        step: Callable[[Item], Item | it.Refused],
+        step: Callable[[Item], Item | it.Refused], committed: list[Callable[[], None]],
     ) -> list[Item]:
         """Apply a decision or an answer, recording it either way."""
         item = self.store.item(item_id)
@@ -409,14 +434,16 @@ class AgentHost:
         self.store.record_received(opened.envelope.id, opened.sender.id, item_id, kind,
                                    opened.plaintext, verdict, now)
         if isinstance(result, it.Refused):
-            log.warning("refused a %s for %s from device %s: %s", kind, item_id,
-                        opened.sender.id, result.why)
+            committed.append(functools.partial(
+                log.warning, "refused a %s for %s from device %s: %s", kind, item_id,
+                opened.sender.id, result.why))
             if item is not None and not item.pending:
                 self._broadcast([opened.sender])  # its card still shows buttons: close it
             return []
         self.store.save_outcome(result)
         self._broadcast(self._peers.values())
-        log.info("%s %s by device %s", item_id, result.state.value, opened.sender.id)
+        committed.append(functools.partial(
+            log.info, "%s %s by device %s", item_id, result.state.value, opened.sender.id))
         return [result]
 
     def _finish(self, ended: list[Item]) -> None:
