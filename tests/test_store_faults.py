@@ -201,6 +201,26 @@ async def test_a_card_whose_record_fails_after_the_send_is_recorded_not_sent_aga
         assert shown == {"apr_sent1": first.message_id, "apr_sent2": second.message_id}
 
 
+async def test_an_activity_note_whose_record_fails_is_recorded_not_sent_again(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, running_bot(world) as running:
+        await world.pair(ADA)
+
+        def notes() -> list[str]:
+            return [m.text for m in world.tg.bot_messages(ADA) if m.text.startswith("Ran")]
+
+        with contextlib.ExitStack() as held:
+            on_send(world, lambda: held.enter_context(write_locked(running.store)))
+            world.agent.send_activity([{"id": "act_once", "tool": "Bash", "summary": "ls",
+                                        "grant_id": None}])
+            await eventually(lambda: len(notes()) >= 1)
+            await turns(world, 4)  # the store still cannot write at each of them
+            assert len(notes()) == 1
+        await turns(world, 1)
+        await eventually(lambda: running.bridge.view.grants.dirty_notes(ADA) == [])
+        assert len(notes()) == 1
+
+
 @contextlib.contextmanager
 def write_locked(store: Store) -> Iterator[None]:
     """Another connection holds the database's write lock: every write of the bot fails
