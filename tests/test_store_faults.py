@@ -3,8 +3,9 @@
 
 A full disk is SQLite's ``max_page_count`` set to the pages the database has (and its last
 pages filled), raised again to give the space back; a read-only state is the same file
-opened read-only; the agent host's disk is full when it may write nothing at all
-(``RLIMIT_FSIZE`` of 0, set on the running process)."""
+opened read-only; a locked one has another connection holding its write lock; the agent
+host's disk is full when it may write nothing at all (``RLIMIT_FSIZE`` of 0, set on the
+running process)."""
 
 from __future__ import annotations
 
@@ -273,8 +274,8 @@ async def test_a_decision_reaching_a_full_agent_host_applies_once_space_returns(
         await hw.world.answer_of(query)
         bridge = hw.world.running.bridge
         await eventually(lambda: bridge.view.outbox.depth() == 0)  # the relay has it
-        # The host's reconnection backoff (0.5 s doubling) lets it try more than
-        # MAX_HANDLER_ATTEMPTS times in this while.
+        # The host's reconnection backoff (0.5 s doubling) lets it try at least
+        # MAX_HANDLER_ATTEMPTS times in this while: as many as once dropped the decision.
         await asyncio.sleep(9)
         assert ask.returncode is None
         disk_full(hw.host.process.pid, False)
