@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
@@ -164,7 +164,7 @@ class AgentHost:
                            decided_by=dict(grant.granted_by), resolved_ms=now)
         entry = gr.activity_entry(grant, str(item.wire["tool"]), item.summary, now)
         payload = raw_payload("activity", {"entries": [entry]})
-        with self.store.transaction():
+        with self._change():
             self.store.add_item(approved, offer.key, offer.label)
             self.store.save_outcome(approved)
             self.store.count_use(grant.grant_id)
@@ -182,7 +182,7 @@ class AgentHost:
         """End a grant in force here and tell every device."""
         now = self._clock.now_ms()
         grant = self.store.grant(grant_id)
-        with self.store.transaction():
+        with self._change():
             if grant is None or not self.store.end_grant(grant_id, now):
                 raise Refusal(404, f"no grant {grant_id!r} in force", "grant_id")
             self._broadcast(self._peers.values())
@@ -211,7 +211,7 @@ class AgentHost:
 
     def _add(self, item: Item, grant_key: str | None, grant_label: str | None) -> None:
         size = len(canonical_json(dict(item.wire)))
-        with self.store.transaction():
+        with self._change():
             if len(self.store.open_items()) >= MAX_ITEMS:
                 raise Refusal(409, f"{MAX_ITEMS} items are open already; wait for decisions")
             if self.store.open_wire_bytes() + size > MAX_UPDATE_BYTES:
@@ -279,7 +279,7 @@ class AgentHost:
             pairing_id=secrets.token_hex(8), secret=secrets.token_bytes(SECRET_BYTES),
             created_ms=now, expires_ms=now + int(ttl_s * 1000),
         )
-        with self.store.transaction():
+        with self._change():
             self.store.forget_secrets(now - USED_SECRET_KEPT_MS)
             self.store.add_secret(secret)
         return secret, format_pairing_uri(self.relay_url, self.identity.card, secret.secret)
@@ -314,7 +314,7 @@ class AgentHost:
             why = "no paired device" if not matches else "several paired devices"
             raise Refusal(404 if not matches else 409, f"{why} named {device!r}", "device")
         card = matches[0]
-        with self.store.transaction():
+        with self._change():
             self.store.remove_device(card.id)
         self._peers.pop(card.id, None)
         log.info("unpaired device %s", card.id)
@@ -332,10 +332,9 @@ class AgentHost:
             log.log(level, "dropped envelope %s: %s", raw.get("id"), exc)
             return
         ended: list[Item] = []
-        # What to log, remember and wake once the change has committed: a store that fails
-        # leaves the envelope not handled yet, delivered again, and nothing said about it.
-        committed: list[Callable[[], None]] = []
-        with self.store.transaction():
+        # A store that fails leaves the envelope not handled yet (delivered again) and
+        # nothing logged, remembered or woken for it.
+        with self._change() as committed:
             self.store.remember(opened.envelope.id, opened.envelope.ts)
             self.store.forget_replay(now - RETENTION_MS)
             payload = opened.payload
@@ -355,8 +354,6 @@ class AgentHost:
                 self._broadcast(self._peers.values())
             else:
                 log.debug("ignored a %s from %s", type(payload).__name__, opened.sender.id)
-        for step in committed:
-            step()
         self._after_change(ended)
 
     def _on_pair_request(
@@ -447,11 +444,27 @@ class AgentHost:
         return [result]
 
     def _finish(self, ended: list[Item]) -> None:
-        with self.store.transaction():
+        with self._change():
             for item in ended:
                 self.store.save_outcome(item)
             self._broadcast(self._peers.values())
         self._after_change(ended)
+
+    @contextlib.contextmanager
+    def _change(self) -> Iterator[list[Callable[[], None]]]:
+        """One store transaction; what the block adds to the list it gets (logs, what the
+        host remembers, waiters to wake) runs once it has committed. A change that fails
+        leaves the host as it was."""
+        committed: list[Callable[[], None]] = []
+        shown = self._grants_shown
+        try:
+            with self.store.transaction():
+                yield committed
+        except BaseException:
+            self._grants_shown = shown
+            raise
+        for step in committed:
+            step()
 
     def _broadcast(self, devices: Iterable[PublicCard]) -> None:
         """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction)."""
