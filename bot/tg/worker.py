@@ -207,8 +207,7 @@ class CardWorker:
         record = self._unrecorded.get(card.card_id)
         if record is not None:
             # Sent already: record it, and show what else changed on the next pass.
-            record()
-            del self._unrecorded[card.card_id]
+            self._record(card, record)
             return
         view = self._view
         item = view.items.get(card.agent_id, card.item_id)
@@ -309,12 +308,16 @@ class CardWorker:
 
     def _record(self, card: CardRow, record: Callable[[], None]) -> None:
         """Record a message Telegram took; if the store fails, the card's next turn
-        records it again instead of sending anything (:meth:`_show`)."""
+        records it again instead of sending anything (:meth:`_show`), and no other card
+        goes out until then."""
         self._unrecorded[card.card_id] = record
         try:
             record()
-        except SkaldError:
+        except StoreUnavailable:
             log.warning("card %s in chat %s was sent and could not be recorded yet; "
                         "nothing more goes out until it is", card.card_id, card.chat_id)
+            raise
+        except BaseException:
+            del self._unrecorded[card.card_id]  # not the store: waiting would not help
             raise
         del self._unrecorded[card.card_id]
