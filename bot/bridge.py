@@ -958,13 +958,13 @@ class Bridge:
         chats = self._store.chats
         if not (force or self._store.agents.bindings_for_chat(old_id) or chats.title(old_id)):
             return NOTHING
-        log.info("chat %s became supergroup %s; moving its bindings and cards", old_id, new_id)
         with self._store.transaction():
             first = old_id not in chats.former_ids(new_id)
             chats.migrate(old_id, new_id)
             if first:
                 self._store.audit.append("chat_migrated", at=self.now_ms(), chat_id=new_id,
                                          old_chat_id=old_id)
+        log.info("chat %s became supergroup %s; moved its bindings and cards", old_id, new_id)
         return REDRAW
 
     def chat_membership(self, chat_id: int, present: bool) -> Changes:
