@@ -5,7 +5,9 @@ Every change (an item submitted, decided, answered, expired or withdrawn; a devi
 is one store transaction that also puts the resulting envelopes in the durable outbox, so
 a SIGKILL loses nothing: the relay client sends what the outbox holds after a restart, and
 the relay redelivers what was not acknowledged (the replay set drops what was already
-processed). Programs waiting on an item are woken when it ends.
+processed). Programs waiting on an item are woken when it ends. What a change did is
+logged, and its waiters woken, only once it has committed; a decision the store cannot take
+now (a full disk, say) is not acknowledged, and applies when the relay hands it over again.
 """
 
 from __future__ import annotations
