@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import json
@@ -21,7 +23,7 @@ import operator
 import secrets
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -61,7 +63,13 @@ from bot.core.policy import (
     evaluate_tap,
     may_decide,
 )
-from bot.errors import EnvelopeRefused, PairingError, PayloadError, RefusalReason
+from bot.errors import (
+    EnvelopeRefused,
+    PairingError,
+    PayloadError,
+    RefusalReason,
+    StoreUnavailable,
+)
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import Opened, Unsealed, accept, seal, unseal
 from bot.protocol.identity import Identity, PublicCard
@@ -88,9 +96,51 @@ from bot.protocol.payloads import (
 )
 from bot.protocol.replay import RETENTION_MS
 from bot.protocol.snapshot import SeenSnapshot, rev_hint, snapshot_rev
-from bot.store import Store, is_store_failure
+from bot.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class _HeldLog:
+    """The log of what delivered envelopes did: written at once, or, while a batch of them
+    is applied (:meth:`holding`), once its transaction has committed, so that nothing is
+    logged as done that was not, and a batch delivered again after the store failed logs
+    nothing twice."""
+
+    def __init__(self) -> None:
+        self._held: contextvars.ContextVar[list[tuple[int, str, tuple[object, ...]]] | None] \
+            = contextvars.ContextVar("held_log", default=None)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the lines logged in the block; write them if it ends without an error."""
+        lines: list[tuple[int, str, tuple[object, ...]]] = []
+        token = self._held.set(lines)
+        try:
+            yield
+        finally:
+            self._held.reset(token)
+        for level, message, args in lines:
+            log.log(level, message, *args)
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        held = self._held.get()
+        if held is None:
+            log.log(level, message, *args)
+        else:
+            held.append((level, message, args))
+
+    def info(self, message: str, *args: object) -> None:
+        self.log(logging.INFO, message, *args)
+
+    def warning(self, message: str, *args: object) -> None:
+        self.log(logging.WARNING, message, *args)
+
+    def error(self, message: str, *args: object) -> None:
+        self.log(logging.ERROR, message, *args)
+
+
+noted = _HeldLog()
 
 PAIRING_WINDOW_MS = 10 * 60 * 1000
 """How long a pairing in progress waits for the agent's pair_accept."""
@@ -273,18 +323,20 @@ class Bridge:
         acks them after this).
 
         A refused envelope is logged with its reason and dropped; it is still acknowledged.
-        One whose payload fails to apply is refused alone: the others' changes stay.
+        One whose payload fails to apply is refused alone: the others' changes stay. When
+        the store fails (:class:`StoreUnavailable`), none of them is applied or logged.
         """
         now = self.now_ms()
-        received = self._open_all(self._unseal_all(raws, now), now, self._seen)
-        if not received:
-            return NOTHING
-        snapshots = _Snapshots(self._seen)
-        changes = NOTHING
-        with self._store.transaction():
-            for delivery in received:
-                changes |= self._apply_received(delivery, now, snapshots)
-        snapshots.keep()
+        with noted.holding():
+            received = self._open_all(self._unseal_all(raws, now), now, self._seen)
+            if not received:
+                return NOTHING
+            snapshots = _Snapshots(self._seen)
+            changes = NOTHING
+            with self._store.transaction():
+                for delivery in received:
+                    changes |= self._apply_received(delivery, now, snapshots)
+            snapshots.keep()
         return changes
 
     async def receive(self, raws: Sequence[dict[str, object]]) -> Changes:
@@ -348,25 +400,25 @@ class Bridge:
             with self._store.savepoint():
                 self._store.outbox.remember(envelope.id, envelope.ts, now)
                 changes = self._apply(delivery, now, snapshots)
+        except StoreUnavailable:
+            raise  # the disk, not the sender: not handled yet, delivered again later
         except Exception as exc:
-            if is_store_failure(exc):
-                raise  # the disk, not the sender: fail the session and retry later
             # One sender's payload must not stall everyone else's behind it on the shared
             # relay session: it is refused (acknowledged, nothing applied) like any other.
             # The error's text may quote decrypted content: log its type and place only.
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            log.error("refused envelope %s from %s: applying its %s failed with %s at %s:%s",
-                      _short(envelope.id), envelope.sender[:8], type(payload).__name__,
-                      type(exc).__name__, where.filename, where.lineno)
+            noted.error("refused envelope %s from %s: applying its %s failed with %s at %s:%s",
+                        _short(envelope.id), envelope.sender[:8], type(payload).__name__,
+                        type(exc).__name__, where.filename, where.lineno)
             # Its id is kept, so that a copy delivered again is a replay.
             self._store.outbox.remember(envelope.id, envelope.ts, now)
             return self._apply_superseded(delivery, now, snapshots)
         if delivery.supersedes:
-            log.info("applied %s from agent %s, the newest of %d of its snapshots in the same "
-                     "delivery", type(payload).__name__, envelope.sender[:8],
-                     len(delivery.supersedes) + 1)
+            noted.info("applied %s from agent %s, the newest of %d of its snapshots in the same "
+                       "delivery", type(payload).__name__, envelope.sender[:8],
+                       len(delivery.supersedes) + 1)
         else:
-            log.info("applied %s from agent %s", type(payload).__name__, envelope.sender[:8])
+            noted.info("applied %s from agent %s", type(payload).__name__, envelope.sender[:8])
         return changes | REDRAW
 
     def _apply_superseded(
@@ -376,8 +428,8 @@ class Bridge:
         if not delivery.supersedes:
             return NOTHING
         sender = delivery.opened.envelope.sender
-        log.info("opening the %d snapshots of %s it superseded instead",
-                 len(delivery.supersedes), sender[:8])
+        noted.info("opening the %d snapshots of %s it superseded instead",
+                   len(delivery.supersedes), sender[:8])
         applied = snapshots.get(sender)
         opened = self._open_all(delivery.supersedes, now,
                                 {} if applied is None else {sender: applied})
@@ -403,8 +455,8 @@ class Bridge:
         elif isinstance(payload, PairReject):
             self._apply_pair_reject(sender, payload, now)
         elif self._store.agents.peer(sender.id) is None:
-            log.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
-                        sender.id[:8])
+            noted.warning("ignored %s from %s: pairing not finished", type(payload).__name__,
+                          sender.id[:8])
         elif isinstance(payload, InboxUpdate):
             self._apply_inbox_update(sender.id, payload, now, delivery, snapshots)
         elif isinstance(payload, Activity):
@@ -416,7 +468,7 @@ class Bridge:
                     return self._send(
                         peer, InboxRequest(since_rev=self._store.agents.last_rev(sender.id)))
         else:
-            log.info("ignored a %s payload from %s", type(payload).__name__, sender.id[:8])
+            noted.info("ignored a %s payload from %s", type(payload).__name__, sender.id[:8])
         return NOTHING
 
     def _apply_pair_accept(self, sender: PublicCard, accept: PairAccept, now: int) -> None:
@@ -427,8 +479,8 @@ class Bridge:
             or pairing.created_at < now - PAIRING_WINDOW_MS
             or accept.device_id != self.identity.id
         ):
-            log.warning("ignored a pair_accept from %s that answers no pairing in progress",
-                        sender.id[:8])
+            noted.warning("ignored a pair_accept from %s that answers no pairing in progress",
+                          sender.id[:8])
             return
         name = accept.agent_name or sender.name
         self._store.agents.add_peer(
@@ -438,19 +490,19 @@ class Bridge:
         self._store.agents.pairing_accepted(sender.id, now)
         self._store.audit.append("paired", at=now, chat_id=pairing.chat_id, agent_id=sender.id,
                          user_id=pairing.requested_by, agent_name=name)
-        log.info("paired with agent %s (%s)", sender.id[:8], name)
+        noted.info("paired with agent %s (%s)", sender.id[:8], name)
 
     def _apply_pair_reject(self, sender: PublicCard, reject: PairReject, now: int) -> None:
         pairing = self._store.agents.pairing(sender.id)
         if pairing is None or pairing.accepted_at is not None:
-            log.warning("ignored a pair_reject from %s that answers no pairing in progress",
-                        sender.id[:8])
+            noted.warning("ignored a pair_reject from %s that answers no pairing in progress",
+                          sender.id[:8])
             return
         self._store.agents.pairing_rejected(sender.id, reject.reason, now)
         self._store.audit.append("pairing_refused", at=now, chat_id=pairing.chat_id,
                                  agent_id=sender.id, user_id=pairing.requested_by,
                                  reason=reject.reason)
-        log.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
+        noted.info("agent %s refused the pairing: %s", sender.id[:8], reject.reason)
 
     def _apply_inbox_update(
         self, agent_id: str, update: InboxUpdate, now: int, delivery: _Received,
@@ -481,7 +533,7 @@ class Bridge:
             open_now=open_now,
         )
         if plan.stale:
-            log.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
+            noted.info("ignored inbox_update rev %d from %s: not newer", update.rev, agent_id[:8])
             return
         self._store.agents.set_rev(agent_id, update.rev, now)
         texts = opened.read.texts if opened.read else {}  # new items' JSON, as received
@@ -920,13 +972,13 @@ class Bridge:
         chats = self._store.chats
         if not (force or self._store.agents.bindings_for_chat(old_id) or chats.title(old_id)):
             return NOTHING
-        log.info("chat %s became supergroup %s; moving its bindings and cards", old_id, new_id)
         with self._store.transaction():
             first = old_id not in chats.former_ids(new_id)
             chats.migrate(old_id, new_id)
             if first:
                 self._store.audit.append("chat_migrated", at=self.now_ms(), chat_id=new_id,
                                          old_chat_id=old_id)
+        log.info("chat %s became supergroup %s; moved its bindings and cards", old_id, new_id)
         return REDRAW
 
     def chat_membership(self, chat_id: int, present: bool) -> Changes:
@@ -956,6 +1008,13 @@ class Bridge:
 
     # What Telegram already shows is recorded without waiting for the disk: a killed
     # process keeps it, and only a power loss can make the worker show it once more.
+
+    def card_sending(self, card_id: int) -> None:
+        """A message of the card is about to go out: the store must take a write first
+        (one that fails stops the message before Telegram shows what is not recorded).
+        Lost with the power, it changes nothing: the card is posted again either way."""
+        with self._store.transaction(durable=False):
+            self._store.cards.sending(card_id, self.now_ms())
 
     def card_posted(self, card: CardRow, message_id: int, shown: int | None = None) -> None:
         """The card's message is out; with ``shown``, it also shows the state read at that
@@ -1128,8 +1187,8 @@ class _Batch:
                       if index != at and index not in refused]
             if _all_older(newest, at, others):
                 return [dataclasses.replace(newest, supersedes=tuple(i for _, i in others))]
-            log.info("snapshots from %s not told apart: opening %d one by one",
-                     newest.opened.sender.id[:8], len(others) + 1)
+            noted.info("snapshots from %s not told apart: opening %d one by one",
+                       newest.opened.sender.id[:8], len(others) + 1)
             self._forget(newest)
             return [delivery for index, (_, item) in enumerate(stretch)
                     if index not in refused and (delivery := self.accept(item, now))]
@@ -1173,8 +1232,8 @@ def item_body(item: Approval | Clarification) -> str:
 
 def _dropped(envelope_id: object, sender: object, refusal: EnvelopeRefused) -> None:
     level = logging.INFO if refusal.reason is RefusalReason.REPLAY else logging.WARNING
-    log.log(level, "dropped envelope %s from %s: %s", _short(envelope_id), _short(sender),
-            refusal)
+    noted.log(level, "dropped envelope %s from %s: %s", _short(envelope_id), _short(sender),
+              refusal)
 
 
 def new_token() -> str:

@@ -7,6 +7,7 @@ Adapters translate library errors (``InvalidTag``, ``ConnectionClosed``, ``sqlit
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 
 class SkaldError(Exception):
@@ -65,6 +66,37 @@ class RenderError(SkaldError):
 
 class StoreError(SkaldError):
     """The SQLite state store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The store itself cannot do its work for now (the disk is full or failing, the
+    database is locked, read-only or damaged), as opposed to refusing the data: whatever
+    was being done is not done yet, and is worth trying again later."""
+
+
+SQLITE_UNAVAILABLE: Final = frozenset({
+    5,   # SQLITE_BUSY
+    6,   # SQLITE_LOCKED
+    7,   # SQLITE_NOMEM
+    8,   # SQLITE_READONLY
+    10,  # SQLITE_IOERR
+    11,  # SQLITE_CORRUPT
+    13,  # SQLITE_FULL
+    14,  # SQLITE_CANTOPEN
+    15,  # SQLITE_PROTOCOL
+    26,  # SQLITE_NOTADB
+})
+"""SQLite's primary result codes that mean the store failed, not the statement."""
+
+
+def store_error(message: str, cause: BaseException) -> StoreError:
+    """The error an adapter raises (``raise store_error(...) from cause``) for an
+    ``sqlite3.Error``: :class:`StoreUnavailable` when SQLite's result code says the store
+    failed, a plain :class:`StoreError` otherwise (a constraint, a bug)."""
+    code = getattr(cause, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in SQLITE_UNAVAILABLE:
+        return StoreUnavailable(message)
+    return StoreError(message)
 
 
 class RelayError(SkaldError):

@@ -145,7 +145,7 @@ def test_a_transaction_that_sqlite_rolled_back_goes_no_further(tmp_path: Path) -
         count = "SELECT COUNT(*) FROM audit"
         before = store.db.one(count)[0]  # type: ignore[index]
         disk_full(store)
-        with pytest.raises(StoreError, match="rolled back after the store failed"), \
+        with pytest.raises(StoreError, match="transaction in progress was rolled back"), \
                 store.transaction():
             store.audit.append("first", at=0)
             with pytest.raises(StoreError, match="database or disk is full"), \

@@ -5,16 +5,19 @@ Every change (an item submitted, decided, answered, expired or withdrawn; a devi
 is one store transaction that also puts the resulting envelopes in the durable outbox, so
 a SIGKILL loses nothing: the relay client sends what the outbox holds after a restart, and
 the relay redelivers what was not acknowledged (the replay set drops what was already
-processed). Programs waiting on an item are woken when it ends.
+processed). Programs waiting on an item are woken when it ends. What a change did is
+logged, and its waiters woken, only once it has committed; a decision the store cannot take
+now (a full disk, say) is not acknowledged, and applies when the relay hands it over again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
@@ -179,7 +182,7 @@ class AgentHost:
                            decided_by=dict(grant.granted_by), resolved_ms=now)
         entry = gr.activity_entry(grant, str(item.wire["tool"]), item.summary, now)
         payload = raw_payload("activity", {"entries": [entry]})
-        with self.store.transaction():
+        with self._change():
             self.store.add_item(approved, offer.key, offer.label)
             self.store.save_outcome(approved)
             self.store.count_use(grant.grant_id)
@@ -197,7 +200,7 @@ class AgentHost:
         """End a grant in force here and tell every device."""
         now = self._clock.now_ms()
         grant = self.store.grant(grant_id)
-        with self.store.transaction():
+        with self._change():
             if grant is None or not self.store.end_grant(grant_id, now):
                 raise Refusal(404, f"no grant {grant_id!r} in force", "grant_id")
             self._broadcast(self._peers.values())
@@ -226,7 +229,7 @@ class AgentHost:
 
     def _add(self, item: Item, grant_key: str | None, grant_label: str | None) -> None:
         size = len(canonical_json(dict(item.wire)))
-        with self.store.transaction():
+        with self._change():
             if len(self.store.open_items()) >= MAX_ITEMS:
                 raise Refusal(409, f"{MAX_ITEMS} items are open already; wait for decisions")
             if self.store.open_wire_bytes() + size > MAX_UPDATE_BYTES:
@@ -305,7 +308,7 @@ class AgentHost:
             pairing_id=secrets.token_hex(8), secret=secrets.token_bytes(SECRET_BYTES),
             created_ms=now, expires_ms=now + int(ttl_s * 1000),
         )
-        with self.store.transaction():
+        with self._change():
             self.store.forget_secrets(now - USED_SECRET_KEPT_MS)
             self.store.add_secret(secret)
         return secret, format_pairing_uri(self.relay_url, self.identity.card, secret.secret)
@@ -340,7 +343,7 @@ class AgentHost:
             why = "no paired device" if not matches else "several paired devices"
             raise Refusal(404 if not matches else 409, f"{why} named {device!r}", "device")
         card = matches[0]
-        with self.store.transaction():
+        with self._change():
             self.store.remove_device(card.id)
         self._peers.pop(card.id, None)
         log.info("unpaired device %s", card.id)
@@ -358,76 +361,97 @@ class AgentHost:
             log.log(level, "dropped envelope %s: %s", raw.get("id"), exc)
             return
         ended: list[Item] = []
-        with self.store.transaction():
+        # A store that fails leaves the envelope not handled yet (delivered again) and
+        # nothing logged, remembered or woken for it.
+        with self._change() as committed:
             self.store.remember(opened.envelope.id, opened.envelope.ts)
             self.store.forget_replay(now - RETENTION_MS)
             payload = opened.payload
             if isinstance(payload, PairRequest):
-                self._on_pair_request(opened, payload, now)
+                self._on_pair_request(opened, payload, now, committed)
             elif isinstance(payload, ApprovalDecision):
-                ended = self._on_decision(opened, payload, now)
+                ended = self._on_decision(opened, payload, now, committed)
             elif isinstance(payload, ClarificationAnswer):
-                ended = self._on_answer(opened, payload, now)
+                ended = self._on_answer(opened, payload, now, committed)
             elif isinstance(payload, InboxRequest):
                 self._broadcast([opened.sender])
             elif isinstance(payload, GrantRevoke):
                 if self.store.end_grant(payload.grant_id, now):
-                    log.info("grant %s revoked by %s on device %s", payload.grant_id,
-                             payload.revoked_by.name, opened.sender.id)
+                    committed.append(functools.partial(
+                        log.info, "grant %s revoked by %s on device %s", payload.grant_id,
+                        payload.revoked_by.name, opened.sender.id))
                 self._broadcast(self._peers.values())
             else:
                 log.debug("ignored a %s from %s", type(payload).__name__, opened.sender.id)
         self._after_change(ended)
 
-    def _on_pair_request(self, opened: Opened, request: PairRequest, now: int) -> None:
+    def _on_pair_request(
+        self, opened: Opened, request: PairRequest, now: int,
+        committed: list[Callable[[], None]],
+    ) -> None:
         device = opened.sender
         self.store.forget_secrets(now - USED_SECRET_KEPT_MS)
         verdict = judge(request, self.identity.id, self.store.secrets(), now)
         if not isinstance(verdict, Accept):
-            log.warning("refused pairing of device %s: %s", device.id, verdict.reason)
+            committed.append(functools.partial(
+                log.warning, "refused pairing of device %s: %s", device.id, verdict.reason))
             if reject_allowed(self._last_reject.get(device.id), now):
-                self._last_reject[device.id] = now
+                committed.append(functools.partial(self._last_reject.__setitem__, device.id,
+                                                   now))
                 self._send(device, raw_payload("pair_reject", {"reason": verdict.reason}), now)
             return
         self.store.use_secret(verdict.secret.pairing_id, device.id, now)
         self.store.add_device(device, request.device.platform, now)
-        self._peers[device.id] = device
         accept = {"agent": {"id": self.identity.id, "name": self.name}, "device_id": device.id}
         self._send(device, raw_payload("pair_accept", accept), now)
         self._broadcast([device])
-        self._wake(f"pairing:{verdict.secret.pairing_id}")
-        log.info("paired with device %s (%s)", device.id, device.name)
+        committed += [
+            functools.partial(self._peers.__setitem__, device.id, device),
+            functools.partial(self._wake, f"pairing:{verdict.secret.pairing_id}"),
+            functools.partial(log.info, "paired with device %s (%s)", device.id, device.name),
+        ]
 
-    def _on_decision(self, opened: Opened, decision: ApprovalDecision, now: int) -> list[Item]:
+    def _on_decision(
+        self, opened: Opened, decision: ApprovalDecision, now: int,
+        committed: list[Callable[[], None]],
+    ) -> list[Item]:
         def step(item: Item) -> Item | it.Refused:
             result = it.decide(item, decision, now)
             if isinstance(result, Item) and result.state is State.APPROVED and decision.grant:
-                self._give_grant(result, decision, now)
+                self._give_grant(result, decision, now, committed)
             return result
 
-        return self._resolve(opened, decision.approval_id, "decision", now, step)
+        return self._resolve(opened, decision.approval_id, "decision", now, step, committed)
 
-    def _give_grant(self, item: Item, decision: ApprovalDecision, now: int) -> None:
+    def _give_grant(
+        self, item: Item, decision: ApprovalDecision, now: int,
+        committed: list[Callable[[], None]],
+    ) -> None:
         """Keep the grant an approval came with, if the host offered that key for it; a
         refused grant leaves the approval as it is."""
         assert decision.grant is not None
         grant = gr.give(self.store.item_offer(item.item_id), decision.grant,
                         it.person_json(decision.decided_by), now)
         if isinstance(grant, str):
-            log.warning("refused the grant of decision %s for %s: %s", decision.decision_id,
-                        item.item_id, grant)
+            committed.append(functools.partial(
+                log.warning, "refused the grant of decision %s for %s: %s",
+                decision.decision_id, item.item_id, grant))
             return
         self.store.add_grant(grant, item.item_id)
-        log.info("grant %s (%s) given by %s until %s", grant.grant_id, grant.label,
-                 grant.by_name, it.iso_ms(grant.expires_ms))
+        committed.append(functools.partial(
+            log.info, "grant %s (%s) given by %s until %s", grant.grant_id, grant.label,
+            grant.by_name, it.iso_ms(grant.expires_ms)))
 
-    def _on_answer(self, opened: Opened, answer: ClarificationAnswer, now: int) -> list[Item]:
+    def _on_answer(
+        self, opened: Opened, answer: ClarificationAnswer, now: int,
+        committed: list[Callable[[], None]],
+    ) -> list[Item]:
         return self._resolve(opened, answer.clarification_id, "answer", now,
-                             lambda item: it.answer(item, answer, now))
+                             lambda item: it.answer(item, answer, now), committed)
 
     def _resolve(
         self, opened: Opened, item_id: str, kind: str, now: int,
-        step: Callable[[Item], Item | it.Refused],
+        step: Callable[[Item], Item | it.Refused], committed: list[Callable[[], None]],
     ) -> list[Item]:
         """Apply a decision or an answer, recording it either way."""
         item = self.store.item(item_id)
@@ -436,22 +460,40 @@ class AgentHost:
         self.store.record_received(opened.envelope.id, opened.sender.id, item_id, kind,
                                    opened.plaintext, verdict, now)
         if isinstance(result, it.Refused):
-            log.warning("refused a %s for %s from device %s: %s", kind, item_id,
-                        opened.sender.id, result.why)
+            committed.append(functools.partial(
+                log.warning, "refused a %s for %s from device %s: %s", kind, item_id,
+                opened.sender.id, result.why))
             if item is not None and not item.pending:
                 self._broadcast([opened.sender])  # its card still shows buttons: close it
             return []
         self.store.save_outcome(result)
         self._broadcast(self._peers.values())
-        log.info("%s %s by device %s", item_id, result.state.value, opened.sender.id)
+        committed.append(functools.partial(
+            log.info, "%s %s by device %s", item_id, result.state.value, opened.sender.id))
         return [result]
 
     def _finish(self, ended: list[Item]) -> None:
-        with self.store.transaction():
+        with self._change():
             for item in ended:
                 self.store.save_outcome(item)
             self._broadcast(self._peers.values())
         self._after_change(ended)
+
+    @contextlib.contextmanager
+    def _change(self) -> Iterator[list[Callable[[], None]]]:
+        """One store transaction; what the block adds to the list it gets (logs, what the
+        host remembers, waiters to wake) runs once it has committed. A change that fails
+        leaves the host as it was."""
+        committed: list[Callable[[], None]] = []
+        shown = self._grants_shown
+        try:
+            with self.store.transaction():
+                yield committed
+        except BaseException:
+            self._grants_shown = shown
+            raise
+        for step in committed:
+            step()
 
     def _broadcast(self, devices: Iterable[PublicCard]) -> None:
         """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction)."""

@@ -15,14 +15,14 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
 from bot.agenthost.grants import Grant, Offer
 from bot.agenthost.items import Item, Kind, State
 from bot.agenthost.pairing import PairingSecret
-from bot.errors import IdentityError, StoreError
+from bot.errors import IdentityError, StoreError, store_error
 from bot.protocol.encoding import b64u_decode, b64u_encode
 from bot.protocol.identity import Identity, PublicCard
 from bot.storefaults import StoreHealth, describe_folder, describe_store, folder_problem
@@ -141,8 +141,8 @@ class AgentStore:
             self._db.execute("PRAGMA temp_store=MEMORY")  # no temporary files for undo
             self._migrate()
         except sqlite3.Error as exc:
-            raise StoreError(str(describe_store("the agent host's database", self.path, exc,
-                                                folder=WHAT, setting=SETTING))) from exc
+            raise store_error(str(describe_store("the agent host's database", self.path, exc,
+                                                folder=WHAT, setting=SETTING)), exc) from exc
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
@@ -168,15 +168,18 @@ class AgentStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One atomic change: committed when the block ends, rolled back if it raises."""
+        """One atomic change: committed when the block ends, rolled back if it raises (or
+        if the commit fails: nothing of it is kept)."""
         self._execute("BEGIN IMMEDIATE")
         changes = self._db.total_changes
         try:
             yield
+            self._execute("COMMIT")
         except BaseException:
-            self._db.rollback()
+            if self._db.in_transaction:  # SQLite ends it itself on a full disk or I/O error
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
             raise
-        self._execute("COMMIT")
         if self._db.total_changes != changes:
             self.health.wrote()
 
@@ -186,7 +189,7 @@ class AgentStore:
             cursor = self._db.execute(sql, params)
         except sqlite3.Error as exc:
             self.health.failed(exc)
-            raise StoreError(f"{self.path}: {exc}") from exc
+            raise store_error(f"{self.path}: {exc}", exc) from exc
         if not self._db.in_transaction and self._db.total_changes != changes:
             self.health.wrote()  # a write that committed by itself
         return cursor

@@ -7,7 +7,11 @@ already behind it on the connection, so that envelopes the relay sent together a
 handled (and committed) together. When it raises for several, they are handed over again
 one at a time. A handler that raises for one envelope ends the session (code 1011),
 so the envelope and everything after it are delivered again on the next session, after
-the backoff; an envelope whose handler failed :data:`MAX_HANDLER_ATTEMPTS` times is
+the backoff (which keeps growing, up to ``backoff_max``, while the handler fails). When
+the store fails (:class:`StoreUnavailable`: a full disk, an I/O error, a locked or
+read-only database), the envelope is not handled yet and comes again as many times as it
+takes: it applies by itself once the store can write again. Any other failure is the
+envelope's own: one whose handler failed so :data:`MAX_HANDLER_ATTEMPTS` times is
 acknowledged and dropped (logged as an error) so that it cannot block the queue forever.
 Handling runs apart from reading, so a slow handler does not stop the client from
 answering keepalive. Outgoing envelopes wait in an :class:`Outbox` until the relay answers
@@ -45,7 +49,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketException
 from websockets.uri import parse_uri
 
-from bot.errors import RelayError, SkaldError
+from bot.errors import RelayError, SkaldError, StoreUnavailable
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES
 from bot.protocol.identity import Identity
 from bot.protocol.relayauth import auth_frame
@@ -72,7 +76,8 @@ HEALTHY_SESSION_S: Final = 10.0
 CLOSE_TIMEOUT_S: Final = 5.0
 CLOSE_HANDLER_FAILED: Final = 1011
 MAX_HANDLER_ATTEMPTS: Final = 5
-"""Deliveries of one envelope whose handler failed before it is acknowledged and dropped."""
+"""Deliveries of one envelope whose handler failed before it is acknowledged and dropped
+(a failing store does not count: the envelope waits for it)."""
 REMEMBERED_FAILURES: Final = 1000
 """Envelopes whose failed attempts are remembered (the oldest are forgotten first)."""
 MAX_BATCH: Final = 64
@@ -99,8 +104,8 @@ class Outbox(Protocol):
 
 EnvelopeHandler = Callable[[list[dict[str, object]]], Awaitable[None]]
 """Durably processes or durably refuses delivered envelopes, in order; raising means "not
-now" (for one envelope: it comes back on the next session, at most
-:data:`MAX_HANDLER_ATTEMPTS` times)."""
+now" (for one envelope: it comes back on the next session; at most
+:data:`MAX_HANDLER_ATTEMPTS` times, unless it raised :class:`StoreUnavailable`)."""
 
 
 def one_at_a_time(handle: Callable[[dict[str, object]], Awaitable[None]]) -> EnvelopeHandler:
@@ -136,6 +141,8 @@ class MemoryOutbox:
 class _Outcome(enum.Enum):
     HANDLED = "handled"
     FAILED = "failed"
+    NOT_YET = "not yet"
+    """The store failed: the envelope waits for it, however many times it takes."""
     DROPPED = "dropped"
 
 
@@ -145,6 +152,8 @@ class _SessionState:
     """A delivery was handled or an outgoing envelope confirmed: the session worked."""
     handling: bool = False
     """The handler is working on a delivery."""
+    failed: bool = False
+    """The handler failed: the session ends, and is no sign of a healthy connection."""
 
 
 @dataclass(frozen=True)
@@ -328,6 +337,8 @@ class RelayClient:
             failures = await _cancel([*tasks, *extra])
         if failures:
             raise failures[0]
+        if session.failed:
+            return False
         return session.traffic or loop.time() - ready_at >= HEALTHY_SESSION_S
 
     async def _read(
@@ -367,7 +378,7 @@ class RelayClient:
 
         A failed handler ends the session (1011): everything not acknowledged is delivered
         again on the next one, after the backoff. An envelope whose handler failed
-        :data:`MAX_HANDLER_ATTEMPTS` times is acknowledged and dropped.
+        :data:`MAX_HANDLER_ATTEMPTS` times (the store aside) is acknowledged and dropped.
         """
         held: Deliver | None = None
         """A delivery taken from the queue that did not fit in the batch before."""
@@ -382,9 +393,13 @@ class RelayClient:
             finally:
                 session.handling = False
             for frame, outcome in zip(batch, outcomes, strict=False):
-                if outcome is _Outcome.FAILED:
+                if outcome in (_Outcome.FAILED, _Outcome.NOT_YET):
+                    session.failed = True
                     await ws.close(CLOSE_HANDLER_FAILED, "handler failed")
-                    self._last_error = f"handler failed for envelope {frame.envelope_id}"
+                    self._last_error = (
+                        f"the store failed handling envelope {frame.envelope_id}"
+                        if outcome is _Outcome.NOT_YET
+                        else f"handler failed for envelope {frame.envelope_id}")
                     return
                 await ws.send(ack_frame(frame.envelope_id))
                 if outcome is _Outcome.HANDLED:
@@ -392,10 +407,14 @@ class RelayClient:
 
     async def _handle_batch(self, batch: list[Deliver]) -> list[_Outcome]:
         """The handler's outcome for each delivery, in order, up to the first that failed:
-        all of them at once, or one at a time when that fails."""
+        all of them at once, or one at a time when that fails (unless the store failed:
+        then none of them can be handled yet)."""
         if len(batch) > 1:
             try:
                 await self._handler([frame.envelope for frame in batch])
+            except StoreUnavailable as exc:
+                self._store_failed(batch[0].envelope_id, exc)
+                return [_Outcome.NOT_YET]
             except Exception as exc:
                 log.warning("relay %s: handling %d deliveries at once failed (%s); "
                             "handling them one at a time", self._url, len(batch),
@@ -407,7 +426,7 @@ class RelayClient:
         outcomes = []
         for frame in batch:
             outcomes.append(await self._handle_one(frame))
-            if outcomes[-1] is _Outcome.FAILED:
+            if outcomes[-1] in (_Outcome.FAILED, _Outcome.NOT_YET):
                 break
         return outcomes
 
@@ -415,6 +434,9 @@ class RelayClient:
         envelope_id = frame.envelope_id
         try:
             await self._handler([frame.envelope])
+        except StoreUnavailable as exc:
+            self._store_failed(envelope_id, exc)
+            return _Outcome.NOT_YET
         except Exception:
             attempts = self._failures.pop(envelope_id, 0) + 1
             log.exception(
@@ -438,6 +460,10 @@ class RelayClient:
             return _Outcome.FAILED
         self._failures.pop(envelope_id, None)
         return _Outcome.HANDLED
+
+    def _store_failed(self, envelope_id: str, exc: StoreUnavailable) -> None:
+        log.warning("relay %s: envelope %s not handled yet, the store failed (%s); it comes "
+                    "again after the backoff", self._url, envelope_id, exc)
 
     def _on_error(self, frame: Error) -> None:
         if frame.id is None:
@@ -515,6 +541,8 @@ class RelayClient:
     async def _call_on_ready(self, on_ready: Callable[[], Awaitable[None]]) -> None:
         try:
             await on_ready()
+        except StoreUnavailable as exc:
+            log.warning("relay %s: on_ready failed, the store failed (%s)", self._url, exc)
         except Exception:
             log.exception("relay %s: on_ready failed", self._url)
 

@@ -18,13 +18,13 @@ from bot.store.agents import Agents, AgentsView
 from bot.store.audit import Audit, AuditView
 from bot.store.cards import Cards, CardsView
 from bot.store.chats import Chats, ChatsView
-from bot.store.db import SCHEMA_VERSION, Database, is_store_failure
+from bot.store.db import SCHEMA_VERSION, Database
 from bot.store.grants import Grants, GrantsView
 from bot.store.items import Items, ItemsView
 from bot.store.outbox import Outbox, OutboxView
 from bot.store.updates import Updates
 
-__all__ = ["SCHEMA_VERSION", "Store", "StoreView", "is_store_failure"]
+__all__ = ["SCHEMA_VERSION", "Store", "StoreView"]
 
 
 @dataclass(frozen=True)

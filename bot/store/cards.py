@@ -97,6 +97,11 @@ class Cards(CardsView):
             cards,
         )
 
+    def sending(self, card_id: int, now_ms: int) -> None:
+        """A message of the card is about to go out (``posted_at`` without a
+        ``message_id``: its first post began then)."""
+        self._db.run("UPDATE cards SET posted_at = ? WHERE card_id = ?", (now_ms, card_id))
+
     def posted(self, card_id: int, message_id: int, now_ms: int) -> None:
         self._db.run(
             "UPDATE cards SET message_id = ?, posted_at = ? WHERE card_id = ?",

@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from bot.errors import StoreError
+from bot.errors import StoreError, StoreUnavailable, store_error
 from bot.storefaults import StoreHealth, describe_store
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,9 @@ class Database:
             # otherwise: a write for every page each envelope of a batch changes.
             connection.execute("PRAGMA temp_store=MEMORY")
             _migrate(connection, path)
-        except (sqlite3.Error, OSError) as exc:
+        except sqlite3.Error as exc:
+            raise store_error(unusable_database(path, exc), exc) from exc
+        except OSError as exc:
             raise StoreError(unusable_database(path, exc)) from exc
         return cls(connection, path)
 
@@ -288,7 +290,7 @@ class Database:
             with contextlib.closing(sqlite3.connect(self.path, timeout=5)) as connection:
                 connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot checkpoint {self.path}: {exc}") from exc
+            raise store_error(f"cannot checkpoint {self.path}: {exc}", exc) from exc
 
     def schema_version(self) -> int:
         row = self.one("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -323,28 +325,24 @@ class Database:
         except sqlite3.Error as exc:
             self._restore_durability(durable)
             self.health.failed(exc)
-            raise StoreError(f"cannot start a transaction: {exc}") from exc
+            raise store_error(f"cannot start a transaction: {exc}", exc) from exc
         changes = self._connection.total_changes
         self._depth = 1
         try:
             yield
-        except BaseException:
-            self._depth = 0
-            self._rollback()
-            self._restore_durability(durable)
-            raise
-        try:
             self.before_commit()
         except BaseException:
             self._depth = 0
-            self._rollback()
+            self._roll_back()
+            self._restore_durability(durable)
             raise
         self._depth = 0
         try:
             self._connection.execute("COMMIT")
         except sqlite3.Error as exc:
             self.health.failed(exc)
-            raise StoreError(f"cannot commit: {exc}") from exc
+            self._roll_back()  # a busy database keeps the transaction open: end it
+            raise store_error(f"cannot commit: {exc}", exc) from exc
         finally:
             self._restore_durability(durable)
         self.durable_commits += durable
@@ -362,32 +360,39 @@ class Database:
             try:
                 yield
             except BaseException:
-                if self._connection.in_transaction:  # else SQLite undid all of it
+                # A full disk or an I/O error ends the whole transaction in SQLite: then
+                # there is nothing left to undo here, and the error goes on.
+                if self._connection.in_transaction:
                     self.run("ROLLBACK TO part")
                     self.run("RELEASE part")
                 raise
             self.run("RELEASE part")
 
-    def _rollback(self) -> None:
-        """Undo the transaction, unless SQLite already did: it rolls back by itself after
-        some failures (a full disk, an I/O error), and a second rollback would fail."""
+    def _roll_back(self) -> None:
+        """End the transaction in progress, if SQLite has not ended it already; an error
+        doing so leaves the connection as it is (the caller's error says why)."""
         if self._connection.in_transaction:
-            self._connection.execute("ROLLBACK")
+            with suppress(sqlite3.Error):
+                self._connection.execute("ROLLBACK")
 
     def _restore_durability(self, durable: bool) -> None:
         """Every other commit (single statements included) waits for the disk again."""
         if not durable:
-            self._connection.execute("PRAGMA synchronous=FULL")
+            with suppress(sqlite3.Error):
+                self._connection.execute("PRAGMA synchronous=FULL")
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
-            self._check_transaction()
+            if self._depth and not self._connection.in_transaction:
+                # SQLite ended the transaction after a failure someone caught: what follows
+                # must not be committed on its own, statement by statement.
+                raise StoreUnavailable("the transaction in progress was rolled back")
             changes = self._connection.total_changes
             try:
                 cursor = self._connection.execute(sql, params)
             except sqlite3.Error as exc:
                 self.health.failed(exc)
-                raise StoreError(f"database error: {exc}") from exc
+                raise store_error(f"database error: {exc}", exc) from exc
             # A write outside a transaction commits by itself, and waits for the disk.
             if not self._depth and self._connection.total_changes != changes:
                 self.durable_commits += 1
@@ -402,13 +407,8 @@ class Database:
                 self._connection.executemany(sql, rows)
             except sqlite3.Error as exc:
                 self.health.failed(exc)
-                raise StoreError(f"database error: {exc}") from exc
+                raise store_error(f"database error: {exc}", exc) from exc
 
-    def _check_transaction(self) -> None:
-        """Inside a transaction that SQLite rolled back by itself (after a full disk or an
-        I/O error), refuse to go on: each statement would commit alone."""
-        if self._depth and not self._connection.in_transaction:
-            raise StoreError("the transaction was rolled back after the store failed")
 
     def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
@@ -418,16 +418,6 @@ class Database:
     def all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self.run(sql, params).fetchall())
-
-
-def is_store_failure(error: BaseException) -> bool:
-    """Whether ``error`` is the database failing (locked, full, I/O), as opposed to data it
-    refused (a constraint, a value out of range): only the first is worth retrying."""
-    if not isinstance(error, StoreError):
-        return False
-    cause = error.__cause__
-    return not isinstance(cause, sqlite3.IntegrityError | sqlite3.DataError
-                          | sqlite3.InterfaceError | sqlite3.ProgrammingError)
 
 
 def unusable_database(path: Path, error: sqlite3.Error | OSError) -> str:

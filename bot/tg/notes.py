@@ -22,7 +22,7 @@ from bot.core.grants import (
     grant_status,
     minutes_left,
 )
-from bot.errors import ChatUnavailable, MessageGone, SkaldError, Throttled
+from bot.errors import ChatUnavailable, MessageGone, SkaldError, StoreUnavailable, Throttled
 from bot.render import Renderer
 from bot.render.environment import in_zone
 from bot.tg.gateway import Gateway
@@ -48,6 +48,9 @@ class NoteWorker:
         self._clock = clock
         self._wake = asyncio.Event()
         self._last_send: dict[int, float] = {}
+        self._unrecorded: dict[int, int] = {}
+        """Per note: the message Telegram took that the store has not recorded yet (no
+        other note goes out meanwhile)."""
 
     def wake(self) -> None:
         self._wake.set()
@@ -86,15 +89,24 @@ class NoteWorker:
         return True
 
     async def _show(self, note: NoteRow) -> None:
+        sent = self._unrecorded.get(note.note_id)
+        if sent is not None:
+            # Sent already: record it (never send it again); edits come on the next pass.
+            self._record(note.note_id, sent)
+            return
         html, buttons = self._activity(note) if note.kind == "activity" else self._grants(note)
         wait = self._last_send.get(note.chat_id, 0.0) + self._pace_s - self._clock.time()
         if wait > 0:
             await self._clock.sleep(wait)
         try:
             if note.message_id is None:
+                if self._unrecorded:
+                    raise StoreUnavailable("a note sent is not recorded yet: waiting for "
+                                           "the store")
                 message_id = await self._gateway.send(
                     note.chat_id, html, keyboard=buttons, topic_id=note.topic_id, quiet=True)
-                self._bridge.note_posted(note.note_id, message_id)
+                self._unrecorded[note.note_id] = message_id
+                self._record(note.note_id, message_id)
             else:
                 try:
                     await self._gateway.edit(note.chat_id, note.message_id, html,
@@ -105,6 +117,18 @@ class NoteWorker:
         finally:
             self._last_send[note.chat_id] = self._clock.time()
         self._bridge.note_shown(note.note_id, note.dirty)
+
+    def _record(self, note_id: int, message_id: int) -> None:
+        """Record a note Telegram took; while the store fails, it is recorded again on the
+        note's next turn, and no other note goes out."""
+        try:
+            self._bridge.note_posted(note_id, message_id)
+        except StoreUnavailable:
+            raise  # kept: recorded on the note's next turn
+        except BaseException:
+            del self._unrecorded[note_id]  # not the store: waiting would not help
+            raise
+        del self._unrecorded[note_id]
 
     def _activity(self, note: NoteRow) -> tuple[str, Keyboard]:
         now = self._bridge.now_ms()

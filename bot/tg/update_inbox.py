@@ -27,7 +27,7 @@ from telegram import error as tg_error
 from telegram.ext import Application
 
 from bot.bridge import Bridge
-from bot.errors import BotApiError
+from bot.errors import BotApiError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +91,16 @@ class UpdateInbox:
                 log.warning("getUpdates failed (%s); retrying in %.0f s",
                             type(exc).__name__, delay)
             else:
-                delay = RETRY_INITIAL_S
-                if updates:
-                    self._hold(updates)
-                    offset = updates[-1].update_id + 1
-                continue
+                try:
+                    if updates:
+                        self._hold(updates)
+                        offset = updates[-1].update_id + 1
+                    delay = RETRY_INITIAL_S
+                    continue
+                except StoreUnavailable as exc:
+                    # Not confirmed: Telegram hands them over again.
+                    log.warning("cannot hold %d update(s), the store failed (%s); fetching "
+                                "them again in %.0f s", len(updates), exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
@@ -107,10 +112,20 @@ class UpdateInbox:
     async def handle(self) -> None:
         """Hand every stored update to the handlers, oldest first, forever."""
         self._handler_task = asyncio.current_task()
+        delay = RETRY_INITIAL_S
         while True:
             self._arrived.clear()
-            for update_id, body in self._bridge.held_updates():
-                await self._handle_one(update_id, body)
+            try:
+                for update_id, body in self._bridge.held_updates():
+                    await self._handle_one(update_id, body)
+            except StoreUnavailable as exc:
+                # Not marked handled: handled again once the store can write.
+                log.warning("cannot handle the held updates, the store failed (%s); trying "
+                            "again in %.0f s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            delay = RETRY_INITIAL_S
             await self._arrived.wait()
 
     async def _handle_one(self, update_id: int, body: str) -> None:

@@ -5,6 +5,12 @@ worker drains them one chat at a time (about one message per second per chat; th
 rate limiter, :mod:`bot.tg.ratelimit`, keeps the global and per-group limits), so a burst
 in one chat never starves another. Because the work list is in SQLite, a restart resumes
 where it stopped.
+
+Nothing goes out that the store cannot record: before a message is sent, the store takes a
+write for it, and no new message goes out while one already sent waits to be recorded. A
+message sent whose record then fails is recorded again (never sent again) until the store
+takes it, so a store that fails costs no extra copy; only a crash between the send and the
+record does (one copy, posted again at the next start).
 """
 
 from __future__ import annotations
@@ -13,14 +19,22 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
 from bot.config import Config
 from bot.core.model import CardRow, parse_item
 from bot.core.status import card_status, render_card
-from bot.errors import ChatMoved, ChatUnavailable, MessageGone, SkaldError, Throttled
+from bot.errors import (
+    ChatMoved,
+    ChatUnavailable,
+    MessageGone,
+    SkaldError,
+    StoreError,
+    StoreUnavailable,
+    Throttled,
+)
 from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer
 from bot.tg.gateway import Gateway
@@ -30,6 +44,9 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAY_S = 5.0
 MAX_RETRY_DELAY_S = 600.0
+MAX_STORE_RETRY_DELAY_S = 30.0
+"""The longest a card waits for a store that failed: posting resumes this soon after the
+store can write again."""
 STOP_TIMEOUT_S = 10.0
 OFF_LOOP_CHARS = 64 * 1024
 """Items whose stored JSON is at least this long are drawn in a thread."""
@@ -63,6 +80,9 @@ class CardWorker:
         self._stopping = False
         self._failures: dict[int, int] = {}
         self._retry_at: dict[int, float] = {}
+        self._unrecorded: dict[int, Callable[[], None]] = {}
+        """Per card: the record of a message Telegram took that the store has not taken
+        yet (one per chat at most: nothing else goes out meanwhile)."""
 
     def wake(self) -> None:
         self._wake.set()
@@ -154,7 +174,8 @@ class CardWorker:
             return
         failures = self._failures.get(card.card_id, 0) + 1
         self._failures[card.card_id] = failures
-        delay = min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S)
+        longest = MAX_STORE_RETRY_DELAY_S if isinstance(exc, StoreError) else MAX_RETRY_DELAY_S
+        delay = min(RETRY_DELAY_S * 2 ** (failures - 1), longest)
         self._retry_at[card.card_id] = self._clock.time() + delay
         if isinstance(exc, SkaldError):
             log.warning("could not update card %s in chat %s (attempt %d, next in %.0f s): %s",
@@ -183,6 +204,11 @@ class CardWorker:
             self._last_answer[chat_id] = self._clock.time()
 
     async def _show(self, card: CardRow) -> None:
+        record = self._unrecorded.get(card.card_id)
+        if record is not None:
+            # Sent already: record it, and show what else changed on the next pass.
+            self._record(card, record)
+            return
         view = self._view
         item = view.items.get(card.agent_id, card.item_id)
         generation = card.dirty
@@ -238,13 +264,15 @@ class CardWorker:
                            grant=(offer.label, minutes) if offer and minutes else None)
         message_id = card.message_id
         if message_id is None:
+            self._reserve(card)
             async with self._paced(card.chat_id):
                 message_id = await self._gateway.send(
                     card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
                     topic_id=card.topic_id,
                 )
-            self._bridge.card_posted(card, message_id,
-                                     shown=generation if attachment is None else None)
+            self._record(card, functools.partial(
+                self._bridge.card_posted, card, message_id,
+                shown=generation if attachment is None else None))
             log.info("posted card for %s in chat %s", card.item_id, card.chat_id)
             if attachment is None:
                 return
@@ -261,9 +289,35 @@ class CardWorker:
         if attachment is None:
             self._bridge.card_shown(card.card_id, generation)
             return
+        self._reserve(card)
         async with self._paced(card.chat_id):
             await self._gateway.send_document(
                 card.chat_id, attachment.filename, attachment.content,
                 topic_id=card.topic_id, reply_to=message_id,
             )
-        self._bridge.card_attachment_sent(card.card_id, generation)
+        self._record(card, functools.partial(
+            self._bridge.card_attachment_sent, card.card_id, generation))
+
+    def _reserve(self, card: CardRow) -> None:
+        """Before a message of ``card`` goes out: the store must be able to record it (it
+        takes a write now, and has recorded every message sent before)."""
+        if self._unrecorded:
+            raise StoreUnavailable(f"{len(self._unrecorded)} message(s) sent and not "
+                                   "recorded yet: waiting for the store")
+        self._bridge.card_sending(card.card_id)
+
+    def _record(self, card: CardRow, record: Callable[[], None]) -> None:
+        """Record a message Telegram took; if the store fails, the card's next turn
+        records it again instead of sending anything (:meth:`_show`), and no other card
+        goes out until then."""
+        self._unrecorded[card.card_id] = record
+        try:
+            record()
+        except StoreUnavailable:
+            log.warning("card %s in chat %s was sent and could not be recorded yet; "
+                        "nothing more goes out until it is", card.card_id, card.chat_id)
+            raise
+        except BaseException:
+            del self._unrecorded[card.card_id]  # not the store: waiting would not help
+            raise
+        del self._unrecorded[card.card_id]
