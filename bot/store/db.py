@@ -121,6 +121,14 @@ CREATE TABLE IF NOT EXISTS decisions (
     envelope_id TEXT NOT NULL,
     UNIQUE (agent_id, item_id)
 );
+CREATE TABLE IF NOT EXISTS reported (
+    agent_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    outcome_by TEXT,
+    outcome_at INTEGER,
+    PRIMARY KEY (agent_id, item_id)
+);
 CREATE TABLE IF NOT EXISTS outbox (
     envelope_id TEXT PRIMARY KEY,
     relay_url TEXT NOT NULL,

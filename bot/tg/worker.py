@@ -205,6 +205,9 @@ class CardWorker:
             outcome_private=view.chats.kind(outcome_chat) == "private",
             bound=bound,
             granted=view.grants.granted(card.agent_id, card.item_id),
+            sending=item.state != "open" and view.items.sending(card.agent_id, card.item_id),
+            reported=None if item.state == "open" else view.items.reported(card.agent_id,
+                                                                          card.item_id),
         )
         peer = view.agents.peer(card.agent_id)
         render = functools.partial(
