@@ -34,9 +34,13 @@ class CardsView:
         return _card(row) if row else None
 
     def dirty(self, chat_id: int, limit: int = 100) -> list[CardRow]:
-        """Cards of a chat that do not show their current state yet, oldest first."""
+        """Cards of a chat that do not show their current state yet: those of items that
+        ended first (their buttons must go), then the others, each oldest first."""
         rows = self._db.all(
-            "SELECT * FROM cards WHERE dirty > 0 AND chat_id = ? ORDER BY card_id LIMIT ?",
+            "SELECT c.* FROM cards c LEFT JOIN items i"
+            " ON i.agent_id = c.agent_id AND i.item_id = c.item_id"
+            " WHERE c.dirty > 0 AND c.chat_id = ?"
+            " ORDER BY coalesce(i.state, 'open') = 'open', c.card_id LIMIT ?",
             (chat_id, limit),
         )
         return [_card(r) for r in rows]
