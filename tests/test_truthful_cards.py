@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
+from test_grants_agenthost import RELAY, Clock, Phone
 from world import ADA, FAST_RELAY, World, approval, make_world, running_bot
 
 from bot.agenthost.service import AgentHost
@@ -20,6 +21,42 @@ from bot.protocol.identity import Identity
 from bot.relay.server import RelayServer
 
 LATE = "Expired before the approval reached the agent: nothing ran"
+
+
+async def test_the_host_answers_a_late_decision_with_how_the_item_ended(tmp_path: Path) -> None:
+    clock = Clock()
+    store = AgentStore(tmp_path / "agent")
+    device = Identity.generate("Telegram @bot")
+    store.add_device(device.card, "telegram", clock())
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
+    phone = Phone(host, device, clock)
+    try:
+        def ask(name: str) -> str:
+            return host.submit_approval(tool="send_email", summary=name, arguments={},
+                                        blocks=None, timeout_s=60).item_id
+
+        # Its time ran out, and the decision came before the host's expiry loop did.
+        first = ask("first")
+        clock.advance(2)
+        await phone.decide(first, grant=None)
+        assert host.get(first).state.value == "expired"
+        resolved = {e.id: e.outcome for e in phone.last_update().resolved}
+        assert resolved[first] == "expired"
+
+        # Expired long ago: a hundred items ended after it.
+        second = ask("second")
+        clock.advance(2)
+        assert [item.item_id for item in host.expire_due()] == [second]
+        for index in range(100):
+            clock.advance(0.01)
+            host.withdraw(ask(f"other {index}"))
+        phone.received()
+        await phone.decide(second, grant=None)
+        assert host.get(second).state.value == "expired"
+        resolved = {e.id: e.outcome for e in phone.last_update().resolved}
+        assert resolved[second] == "expired"
+    finally:
+        store.close()
 
 
 async def test_relay_away_the_tap_says_it_waits_and_the_card_says_sending(
