@@ -33,6 +33,10 @@ MAX_RETRY_DELAY_S = 600.0
 STOP_TIMEOUT_S = 10.0
 OFF_LOOP_CHARS = 64 * 1024
 """Items whose stored JSON is at least this long are drawn in a thread."""
+SENT_GRACE_S = 0.3
+"""How long a card decided here waits for the relay to take the decision (``sent``, a
+few milliseconds away when the relay is there) before it is shown as sending: otherwise
+nearly every decision would cost two edits."""
 
 
 class CardWorker:
@@ -124,8 +128,23 @@ class CardWorker:
                 turn_came = True
                 continue
             turn_came = False
+            hold = self._sent_soon(ready[0])
+            if hold > 0:
+                await self._clock.wait(nudge, hold)  # the relay's sent wakes it
+                continue
             if not await self._show_one(ready[0]):
                 return
+
+    def _sent_soon(self, card: CardRow) -> float:
+        """How long to hold a card whose decision, just made here, the relay has not
+        taken yet (0: show it now)."""
+        item = self._view.items.get(card.agent_id, card.item_id)
+        if item is None or item.outcome_chat_id is None or item.outcome_at is None:
+            return 0.0
+        left = item.outcome_at / 1000 + SENT_GRACE_S - self._clock.time()
+        if left <= 0 or not self._view.items.sending(card.agent_id, card.item_id):
+            return 0.0
+        return left
 
     async def _show_one(self, card: CardRow) -> bool:
         """Bring one card up to date; False when its chat can take no more for now."""
