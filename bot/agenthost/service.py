@@ -412,7 +412,6 @@ class AgentHost:
             if ended is not None:
                 self.store.save_outcome(ended)
                 expired, item = [ended], ended
-                log.info("expired %s (a %s for it came after its time)", item_id, kind)
         result = step(item) if item is not None else it.Refused("unknown item")
         verdict = "accepted" if isinstance(result, Item) else f"refused: {result.why}"
         self.store.record_received(opened.envelope.id, opened.sender.id, item_id, kind,
