@@ -93,6 +93,8 @@ CREATE TABLE IF NOT EXISTS cards (
     UNIQUE (agent_id, item_id, chat_id)
 );
 CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty, chat_id);
+CREATE INDEX IF NOT EXISTS cards_edits ON cards (chat_id, card_id)
+    WHERE dirty > 0 AND message_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS votes (
     card_id INTEGER NOT NULL,
     user_id INTEGER NOT NULL,

@@ -121,7 +121,7 @@ class CardWorker:
                 wake_at = min(self._retry_at[c.card_id] for c in cards)
                 await self._clock.wait(nudge, wake_at - now)
                 continue
-            if not turn_came:
+            if not turn_came and self._asks_telegram(ready[0]):
                 # Choose once the chat's turn has come: an item decided while this one
                 # waited for it goes first.
                 await self.turns.ready(chat_id, self._urgency(ready[0]))
@@ -169,6 +169,14 @@ class CardWorker:
             self._failures.pop(card.card_id, None)
             self._retry_at.pop(card.card_id, None)
         return True
+
+    def _asks_telegram(self, card: CardRow) -> bool:
+        """Whether showing the card takes a request in its chat (one that ended before it
+        was posted takes none)."""
+        if card.message_id is not None:
+            return True
+        item = self._view.items.get(card.agent_id, card.item_id)
+        return item is not None and item.state == "open"
 
     def _urgency(self, card: CardRow) -> int:
         item = self._view.items.get(card.agent_id, card.item_id)
