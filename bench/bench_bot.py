@@ -21,7 +21,13 @@ over HTTP through ``api_url``.
    until every card is posted, beside the least time those limits allow, the highest rates
    the stand-in saw (refusing with ``429`` past Telegram's), and again with the stand-in's
    answers :data:`BURST_ROUND_TRIP_S` late, as over a network.
-3. Peak RSS of the bot process (``python -m bot run``, a child process so that the agents,
+3. Decided cards first: approvals waiting in one private chat with the default pace, all
+   decided within a minute (one a second) while new approvals keep arriving at the chat's
+   pace: from each tap to the edit that took its card's buttons away, beside the same tap
+   in the idle chat (the floor, measured in the same run). A decided card waits for the
+   request under way and the pace; decided as fast as the pace lets the chat's cards
+   change, the edits also wait a little behind each other.
+4. Peak RSS of the bot process (``python -m bot run``, a child process so that the agents,
    relay and stand-in in this process are not counted) idle and then holding open items
    from several agents (an ``inbox_update`` carries at most 1,000 items), and the size of its
    SQLite files beside the items' own JSON.
@@ -54,6 +60,7 @@ from world import (
     ADA,
     FAST_RELAY,
     TOKEN,
+    World,
     approval,
     button_data,
     make_world,
@@ -62,7 +69,7 @@ from world import (
 
 from bot.config import load_config
 from bot.errors import StoreError
-from bot.playground.stub import RecordedRequest, TelegramStub
+from bot.playground.stub import RecordedRequest, StoredMessage, TelegramStub
 from bot.protocol.identity import Identity
 from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
@@ -88,16 +95,28 @@ BURST_ROUND_TRIP_S = 0.1
 """The burst again with the stand-in's answers this late, as Telegram's are over a network."""
 
 
+DECIDED_PACE_S = 1.0
+"""The chat pace of the decided-first phase (the default)."""
+DECIDED_FLOOR_TAPS = 5
+"""Taps in the idle chat that make the decided-first phase's floor."""
+STILL_SHOWN_AFTER_S = 5.0
+"""The decided-first phase counts the cards still showing buttons this long after the
+last tap."""
+
+
 @dataclass(frozen=True)
 class Sizes:
     latency_items: int
     burst_items: int
     burst_chats: int
     open_items: int
+    decided_items: int
 
 
-FULL = Sizes(latency_items=200, burst_items=20, burst_chats=50, open_items=10_000)
-QUICK = Sizes(latency_items=30, burst_items=10, burst_chats=10, open_items=1_000)
+FULL = Sizes(latency_items=200, burst_items=20, burst_chats=50, open_items=10_000,
+             decided_items=60)
+QUICK = Sizes(latency_items=30, burst_items=10, burst_chats=10, open_items=1_000,
+              decided_items=10)
 
 
 # --- small helpers -----------------------------------------------------------------------
@@ -378,7 +397,103 @@ async def _burst(sizes: Sizes, tmp: Path, round_trip: float = 0.0) -> None:
     _title("  most requests in any sliding second, at the moments the stand-in received them")
 
 
-# --- 3. memory ---------------------------------------------------------------------------
+# --- 3. decided cards first --------------------------------------------------------------
+
+
+def _buttons_gone(tg: TelegramStub, message_id: int, since: int) -> float | None:
+    """When the first edit after request ``since`` that left the card without buttons
+    reached the stand-in."""
+    for request in tg.requests[since:]:
+        if request.method == "editMessageText" and request.params.get("chat_id") == ADA \
+                and request.params.get("message_id") == message_id \
+                and not _keyboard_rows(request.params.get("reply_markup")):
+            return request.at
+    return None
+
+
+def _keyboard_rows(markup: object) -> list[object]:
+    if isinstance(markup, str):
+        markup = json.loads(markup)
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    return [row for row in rows or [] if row]
+
+
+async def _decide_all(
+    world: World, cards: list[StoredMessage], spacing: float, since: int
+) -> tuple[list[float], list[float]]:
+    """Tap Approve on each card, ``spacing`` seconds apart: (each tap's moment, seconds
+    from it to the edit that took the card's buttons away)."""
+    tapped = []
+    for card in cards:
+        started = _now()
+        world.tg.tap(ADA, card.message_id, ADA, button_data(card, "Approve"))
+        tapped.append(started)
+        await asyncio.sleep(max(0.0, started + spacing - _now()))
+
+    def edited() -> list[float | None]:
+        return [_buttons_gone(world.tg, card.message_id, since) for card in cards]
+
+    await _until(lambda: None not in edited(), "every decided card's edit")
+    return tapped, [at - tap for at, tap in zip(edited(), tapped, strict=True)
+                    if at is not None]
+
+
+async def _posted_cards(world: World, prefix: str, count: int) -> list[StoredMessage]:
+    def posted() -> list[StoredMessage]:
+        return [m for m in world.cards(ADA) if f"({prefix}" in m.text and m.buttons()]
+
+    await world.tg.wait_for(lambda _tg: len(posted()) >= count, timeout=TIMEOUT_S + count)
+    return posted()
+
+
+async def _decided_first(sizes: Sizes, tmp: Path) -> None:
+    count = sizes.decided_items
+    async with make_world(tmp, chat_pace_seconds=DECIDED_PACE_S) as world, \
+            running_bot(world):
+        agent = world.agent
+        await world.pair(ADA)
+        for index in range(DECIDED_FLOOR_TAPS):
+            agent.submit_approval(approval(f"idle{index:03d}"))
+        idle = await _posted_cards(world, "idle", DECIDED_FLOOR_TAPS)
+        await asyncio.sleep(DECIDED_PACE_S)
+        # The floor: each tap in the idle chat, a turn and a little apart.
+        _, floor = await _decide_all(world, idle, DECIDED_PACE_S * 2.5, len(world.tg.requests))
+
+        for index in range(count):
+            agent.submit_approval(approval(f"wait{index:03d}"))
+        waiting = await _posted_cards(world, "wait", count)
+
+        async def keep_coming() -> None:
+            for index in itertools.count():
+                agent.submit_approval(approval(f"new{index:04d}"))
+                await asyncio.sleep(DECIDED_PACE_S)
+
+        arriving = asyncio.create_task(keep_coming())
+        try:
+            tapped, latencies = await _decide_all(world, waiting, DECIDED_PACE_S,
+                                                  len(world.tg.requests))
+        finally:
+            arriving.cancel()
+        last_tap = max(tapped)
+        late = sum(tap + latency > last_tap + STILL_SHOWN_AFTER_S
+                   for tap, latency in zip(tapped, latencies, strict=True))
+    _title(f"decided first: {count} approvals waiting in one private chat, decided one a "
+           f"second while new ones arrive one a second; chat pace {DECIDED_PACE_S:.0f} s")
+    _row("", "p50 / p99", "floor p50 / p99")
+    p99, floor99 = _percentile(latencies, 0.99), _percentile(floor, 0.99)
+    _row("decision → card edited", f"{_percentile(latencies, 0.5) * 1000:.0f} / "
+         f"{p99 * 1000:.0f} ms",
+         f"{_percentile(floor, 0.5) * 1000:.0f} / {floor99 * 1000:.0f} ms",
+         f"p99 {p99 - floor99:+.2f} s over the floor (the chat edits one card a "
+         f"pace, {DECIDED_PACE_S:.0f} s)")
+    _row(f"still with buttons {STILL_SHOWN_AFTER_S:.0f} s after the last tap", f"{late}",
+         "goal 0", f"of {count}")
+    _title(f"  floor: the same tap in the idle chat ({DECIDED_FLOOR_TAPS} taps, "
+           f"{DECIDED_PACE_S * 2.5:.1f} s apart); \"edited\": the edit without buttons")
+    _title("  reaching the stand-in")
+
+
+# --- 4. memory ---------------------------------------------------------------------------
 
 
 def _config_toml(api_url: str, state_dir: Path, **telegram: float) -> str:
@@ -519,7 +634,8 @@ async def _run(quick: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         phases: tuple[tuple[str, Callable[[Sizes, Path], Awaitable[None]]], ...] = (
-            ("memory", _memory), ("latency", _latency), ("burst", _burst),
+            ("memory", _memory), ("latency", _latency), ("decided-first", _decided_first),
+            ("burst", _burst),
             ("burst-far", functools.partial(_burst, round_trip=BURST_ROUND_TRIP_S)),
         )
         for name, phase in phases:

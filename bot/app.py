@@ -166,7 +166,8 @@ class Bot:
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
                             clock=self._clock)
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
-                        approvers=approvers.of, redraw=worker.wake, clock=self._clock)
+                        approvers=approvers.of, redraw=worker.wake, turns=worker.turns,
+                        clock=self._clock)
         notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
                            clock=self._clock)
         changed = asyncio.Event()

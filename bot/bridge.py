@@ -38,7 +38,7 @@ from bot.core.grants import (
     offered_minutes,
     plan_grants,
 )
-from bot.core.inbox import plan_update, remind_at
+from bot.core.inbox import DECIDED_STATES, FINAL_STATES, plan_update, remind_at
 from bot.core.model import (
     CardRow,
     ChatKind,
@@ -47,6 +47,7 @@ from bot.core.model import (
     NewItem,
     Pairing,
     Peer,
+    ReportedOutcome,
     parse_item,
 )
 from bot.core.policy import (
@@ -299,23 +300,26 @@ class Bridge:
         """The relay client's outbox: envelopes for ``relay_url`` the relay has not taken."""
         return self._store.outbox.pending(relay_url)
 
-    def outbox_mark_sent(self, envelope_id: str) -> None:
-        """The relay took an envelope: stop resending it, and record a decision as
-        acknowledged in the audit trail."""
+    def outbox_mark_sent(self, envelope_id: str) -> Changes:
+        """The relay took an envelope: stop resending it; a decision's is recorded as
+        acknowledged in the audit trail, and its cards no longer say "sending"."""
         now = self.now_ms()
         # Not durable: lost with the power, the envelope is sent again and the agent's
         # replay set drops it.
         with self._store.transaction(durable=False):
             if not self._store.outbox.mark_sent(envelope_id, now):
-                return
+                return NOTHING
             decision = self._store.items.decision_by_envelope(envelope_id)
-            if decision is not None:
-                self._store.audit.append(
-                    "decision_acknowledged", at=now, chat_id=decision.chat_id,
-                    agent_id=decision.agent_id, item_id=decision.item_id,
-                    user_id=decision.user_id, user_name=decision.user_name,
-                    decision_id=decision.decision_id,
-                )
+            if decision is None:
+                return NOTHING
+            self._store.audit.append(
+                "decision_acknowledged", at=now, chat_id=decision.chat_id,
+                agent_id=decision.agent_id, item_id=decision.item_id,
+                user_id=decision.user_id, user_name=decision.user_name,
+                decision_id=decision.decision_id,
+            )
+            self._store.items.redraw(decision.agent_id, decision.item_id)
+        return REDRAW
 
     def handle_envelopes(self, raws: Sequence[dict[str, object]]) -> Changes:
         """Open, check and durably apply delivered envelopes, in order and in one
@@ -547,8 +551,37 @@ class Bridge:
             if items.close(agent_id, gone.item_id, state=gone.state, by=gone.by, at=at):
                 self._store.audit.append("resolved_elsewhere", at=now, agent_id=agent_id,
                                  item_id=gone.item_id, outcome=gone.state, by=gone.by)
+        if update.resolved:
+            self._note_reported(agent_id, update, now)
         self._apply_grants(agent_id, update.grants, now)
         snapshots.applied(agent_id, seen)  # last: nothing after it can fail
+
+    def _note_reported(self, agent_id: str, update: InboxUpdate, now: int) -> None:
+        """Keep (once) how the agent says each item decided here ended, and audit it; a
+        card whose decision the agent did not take (it expired first, or was decided
+        elsewhere) is edited to say so."""
+        items = self._store.items
+        ended = [entry for entry in update.resolved if entry.outcome in FINAL_STATES]
+        decisions = items.unreported_decisions(agent_id, {entry.id for entry in ended})
+        for entry in ended:
+            decision = decisions.pop(entry.id, None)
+            if decision is None:
+                continue
+            report = ReportedOutcome(agent_id, entry.id, entry.outcome, entry.by,
+                                     _maybe_ms(entry.at))
+            items.add_reported(report)
+            taken = entry.outcome == DECIDED_STATES.get(decision.value)
+            self._store.audit.append(
+                "outcome_reported", at=now, chat_id=decision.chat_id, agent_id=agent_id,
+                item_id=entry.id, user_id=decision.user_id, user_name=decision.user_name,
+                decision_id=decision.decision_id, decision=decision.value,
+                outcome=entry.outcome, by=entry.by, taken=taken,
+            )
+            if not taken:
+                log.warning("agent %s reports %s as %s: the decision made here (%s) did not "
+                            "take effect", agent_id[:8], entry.id, entry.outcome,
+                            decision.value)
+                items.redraw(agent_id, entry.id)
 
     def _apply_grants(self, agent_id: str, reported: tuple[Grant, ...], now: int) -> None:
         """Hold the grants the agent lists in force; one no longer listed has ended
@@ -798,7 +831,7 @@ class Bridge:
             result.decision, result.reason, person.telegram_user_id or 0, person.name, now,
             envelope_id,
         ))
-        state = "approved" if result.decision == "approve" else "denied"
+        state = DECIDED_STATES[result.decision]
         self._store.items.close(card.agent_id, approval.id, state=state, by=person.name,
                                 at=now, chat_id=card.chat_id, reason=result.reason)
         self._store.audit.append(

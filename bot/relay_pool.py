@@ -43,7 +43,7 @@ class RelayPool:
             url,
             self._bridge.identity,
             handler=handle,
-            outbox=self._bridge,
+            outbox=_Outbox(self._bridge, self.apply),
             on_ready=ready,
             **self._options,
         )
@@ -82,3 +82,18 @@ class RelayPool:
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._clients.clear()
         self._tasks.clear()
+
+
+class _Outbox:
+    """The bridge's outbox as a relay client uses it, acting on what marking an envelope
+    sent changed (a decision's cards stop saying "sending")."""
+
+    def __init__(self, bridge: Bridge, apply: Callable[[Changes], None]) -> None:
+        self._bridge = bridge
+        self._apply = apply
+
+    def outbox_pending(self, relay_url: str) -> list[dict[str, object]]:
+        return self._bridge.outbox_pending(relay_url)
+
+    def outbox_mark_sent(self, envelope_id: str) -> None:
+        self._apply(self._bridge.outbox_mark_sent(envelope_id))

@@ -1,6 +1,8 @@
 """The Bot API's limits as the bot keeps them: 30 requests a second overall, counted from
 when each left unless its answer shows it was held up, and a pace per chat that two
-requests never beat at the stand-in. Everything waits on the injected clock."""
+requests never beat at the stand-in, the most urgent of a chat's requests first (a
+decided card's edit before new cards and reminders). Everything waits on the injected
+clock."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 from world import ADA, approval, make_world, running_bot
 
 from bot.testing.clock import ShiftedClock
-from bot.tg.ratelimit import SlidingWindow
+from bot.tg.ratelimit import CARD, OUTCOME, REMINDER, ChatTurns, SlidingWindow
 
 
 class Requests:
@@ -131,3 +133,64 @@ async def test_two_cards_in_one_chat_reach_telegram_no_closer_than_the_pace(
         times = sends()
         assert len(times) == 4
         assert all(later - earlier >= pace for earlier, later in itertools.pairwise(times))
+
+
+async def test_a_chat_takes_its_most_urgent_request_first_and_keeps_the_pace() -> None:
+    clock = ShiftedClock()
+    turns = ChatTurns(1.0, clock)
+    went: list[str] = []
+
+    async def request(name: str, urgency: int) -> None:
+        async with turns.turn(ADA, urgency):
+            went.append(name)
+
+    await request("first", CARD)
+    waiting = [asyncio.create_task(request(name, urgency)) for name, urgency in (
+        ("new card", CARD), ("reminder", REMINDER), ("outcome", OUTCOME), ("other", CARD))]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert went == ["first"]  # the pace holds them all
+    for _ in range(4):
+        clock.advance(1.0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+    await asyncio.gather(*waiting)
+    assert went == ["first", "outcome", "reminder", "new card", "other"]
+
+
+async def test_a_decided_card_loses_its_buttons_before_the_new_cards_queued_ahead_of_it(
+    tmp_path: Path,
+) -> None:
+    async with make_world(tmp_path, stub_on_bot_clock=True, chat_pace_seconds=1.0) as world, \
+            running_bot(world):
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("decided"))
+        first = await world.wait_card(ADA, "(decided)")
+        for index in range(5):
+            world.agent.submit_approval(approval(f"queued{index}"))
+        await world.tg.wait_for(lambda tg: any("(queued0)" in m.text for m in world.cards(ADA)))
+        tapped = len(world.tg.requests)
+        await world.answer_of(world.tap(ADA, first, ADA, "Approve"))
+
+        def in_chat() -> list[str]:
+            """What reached the stand-in in the chat since the tap, in order."""
+            shown = []
+            for request in world.tg.requests[tapped:]:
+                text = str(request.params.get("text", ""))
+                if request.params.get("chat_id") != ADA:
+                    continue
+                if request.method == "sendMessage" and "(queued" in text:
+                    shown.append("new card")
+                elif request.method == "editMessageText" and "(decided)" in text:
+                    shown.append("decided")
+            return shown
+
+        for _ in range(2000):
+            if in_chat().count("new card") == 4:
+                break
+            world.clock.advance(0.1)
+            await asyncio.sleep(0.002)
+        order = in_chat()
+        assert order.count("new card") == 4
+        # At most the one new card whose turn had come when the tap did goes first.
+        assert "decided" in order[:2], order

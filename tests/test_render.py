@@ -115,6 +115,10 @@ STATUSES = {
     "cancelled": CardStatus("cancelled", at=AT),
     "elsewhere": CardStatus("approved", at=AT, elsewhere="on iPhone of Ada"),
     "tally": CardStatus("pending", approvals=(Tap("Ada", AT),), required=2),
+    "sending": CardStatus("approved", by="Ada Lovelace", at=AT, sending=True),
+    "expired_late": CardStatus("approved", by="Ada Lovelace", at=AT, reported="expired"),
+    "denied_first": CardStatus("approved", by="Ada Lovelace", at=AT, reported="denied",
+                               reported_by="iPhone of Bob"),
 }
 
 

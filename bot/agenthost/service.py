@@ -453,8 +453,16 @@ class AgentHost:
         self, opened: Opened, item_id: str, kind: str, now: int,
         step: Callable[[Item], Item | it.Refused], committed: list[Callable[[], None]],
     ) -> list[Item]:
-        """Apply a decision or an answer, recording it either way."""
+        """Apply a decision or an answer, recording it either way. One that comes after
+        the item's time ran out finds it expired; one the item no longer takes is answered
+        with an update that lists how the item ended, however long ago."""
         item = self.store.item(item_id)
+        expired = []
+        if item is not None and it.due([item], now):
+            ended = it.end(item, State.EXPIRED, now)
+            if ended is not None:
+                self.store.save_outcome(ended)
+                expired, item = [ended], ended
         result = step(item) if item is not None else it.Refused("unknown item")
         verdict = "accepted" if isinstance(result, Item) else f"refused: {result.why}"
         self.store.record_received(opened.envelope.id, opened.sender.id, item_id, kind,
@@ -464,8 +472,10 @@ class AgentHost:
                 log.warning, "refused a %s for %s from device %s: %s", kind, item_id,
                 opened.sender.id, result.why))
             if item is not None and not item.pending:
-                self._broadcast([opened.sender])  # its card still shows buttons: close it
-            return []
+                # Its card still shows buttons, or shows a decision that did not count.
+                self._broadcast(self._peers.values() if expired else [opened.sender],
+                                listing=item)
+            return expired
         self.store.save_outcome(result)
         self._broadcast(self._peers.values())
         committed.append(functools.partial(
@@ -495,15 +505,18 @@ class AgentHost:
         for step in committed:
             step()
 
-    def _broadcast(self, devices: Iterable[PublicCard]) -> None:
-        """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction)."""
+    def _broadcast(self, devices: Iterable[PublicCard], *, listing: Item | None = None) -> None:
+        """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction); its
+        ``resolved`` also lists the ended item ``listing``, however long ago it ended."""
         devices = list(devices)
         if not devices:
             return
         now = self._clock.now_ms()
+        resolved = self.store.recently_resolved(it.MAX_RESOLVED)
+        if listing is not None and all(i.item_id != listing.item_id for i in resolved):
+            resolved.append(listing)
         body = it.inbox_body(
-            self.store.next_rev(now), self.name, self.store.open_items(),
-            self.store.recently_resolved(it.MAX_RESOLVED),
+            self.store.next_rev(now), self.name, self.store.open_items(), resolved,
         )
         grants = self.store.grants_in_force(now)
         body["grants"] = [grant.wire() for grant in grants]

@@ -15,6 +15,8 @@ from datetime import datetime
 from bot.protocol.payloads import Approval, Clarification, InboxUpdate
 
 FINAL_STATES = frozenset({"approved", "denied", "answered", "expired", "cancelled"})
+DECIDED_STATES = {"approve": "approved", "deny": "denied", "answer": "answered"}
+"""The state a decision (or an answer) sent from here ends an item in."""
 REMINDER_AT = 0.8
 """A reminder goes out when this fraction of an item's time to expiry has passed."""
 

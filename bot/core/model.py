@@ -124,6 +124,18 @@ class DecisionRow:
 
 
 @dataclass(frozen=True)
+class ReportedOutcome:
+    """How the agent says an item decided here ended (its ``resolved`` entry), as first
+    reported after the decision."""
+
+    agent_id: str
+    item_id: str
+    outcome: str
+    outcome_by: str | None
+    outcome_at: int | None
+
+
+@dataclass(frozen=True)
 class AuditRow:
     """One append-only audit record."""
 

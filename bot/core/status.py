@@ -7,7 +7,7 @@ from datetime import datetime
 
 from bot.clock import from_ms, maybe_from_ms
 from bot.core.grants import GrantedRow
-from bot.core.model import CardRow, ItemRow, Vote, parse_item
+from bot.core.model import CardRow, ItemRow, ReportedOutcome, Vote, parse_item
 from bot.protocol.payloads import Clarification
 from bot.render import CardStatus, GrantGiven, RenderedCard, Renderer, SecretsMode, Tap
 
@@ -22,11 +22,15 @@ def card_status(
     outcome_private: bool,
     bound: bool = True,
     granted: GrantedRow | None = None,
+    sending: bool = False,
+    reported: ReportedOutcome | None = None,
 ) -> CardStatus:
     """The status a card shows; ``chat_title`` names the chat where the item was decided
     and ``outcome_private`` says whether that chat is a private one; ``bound`` whether the
     item's agent is still bound to the card's chat; ``granted`` the grant given with its
-    approval."""
+    approval; ``sending`` whether the decision made here waits for its relay still;
+    ``reported`` how the agent says the item ended, once it has (shown when that is not
+    the decision made here)."""
     if item.state == "open" and not bound:
         return CardStatus(state="unbound")
     if item.state == "open":
@@ -41,6 +45,7 @@ def card_status(
     elif item.outcome_chat_id is not None and item.outcome_chat_id != card.chat_id:
         # A private chat's title is its user's name, which the status already shows.
         elsewhere = "private chat" if outcome_private else (chat_title or "another chat")
+    overruled = reported if reported is not None and reported.outcome != item.state else None
     reason = item.outcome_reason if item.state == "denied" else None
     answer = item.outcome_reason if item.state == "answered" else None
     return CardStatus(
@@ -52,8 +57,11 @@ def card_status(
         reason=reason,
         answer=answer,
         elsewhere=elsewhere,
-        grant=None if granted is None or item.state != "approved" else GrantGiven(
+        grant=None if granted is None or item.state != "approved" or overruled else GrantGiven(
             granted.label, granted.user_name, granted.minutes, from_ms(granted.until)),
+        sending=sending and overruled is None,
+        reported=overruled.outcome if overruled else None,
+        reported_by=overruled.outcome_by if overruled else None,
     )
 
 

@@ -107,6 +107,13 @@ class CardStatus:
     required: int = 1
     grant: GrantGiven | None = None
     """The grant given with the approval, if any."""
+    sending: bool = False
+    """The decision made here waits for the relay to take it."""
+    reported: str | None = None
+    """How the agent says the item ended, when that is not the decision made here
+    (``"expired"``: the decision reached it too late)."""
+    reported_by: str | None = None
+    """Who the agent says decided it, then."""
 
 
 @dataclass(frozen=True)
@@ -362,6 +369,7 @@ def _shown_status(status: CardStatus, mask: Masker, zone: str | None) -> CardSta
         reason=shown(status.reason, _REASON_ROOM),
         answer=shown(status.answer, _REASON_ROOM),
         elsewhere=shown(status.elsewhere),
+        reported_by=shown(status.reported_by),
         approvals=taps,
     )
 

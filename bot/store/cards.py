@@ -34,12 +34,23 @@ class CardsView:
         return _card(row) if row else None
 
     def dirty(self, chat_id: int, limit: int = 100) -> list[CardRow]:
-        """Cards of a chat that do not show their current state yet, oldest first."""
+        """Cards of a chat that do not show their current state yet: the posted cards of
+        items that ended first (their buttons must go), then all the others, each oldest
+        first."""
+        ended = self._db.all(
+            "SELECT c.* FROM cards c JOIN items i"
+            " ON i.agent_id = c.agent_id AND i.item_id = c.item_id"
+            " WHERE c.chat_id = ? AND c.dirty > 0 AND c.message_id IS NOT NULL"
+            " AND i.state != 'open' ORDER BY c.card_id LIMIT ?",
+            (chat_id, limit),
+        )
         rows = self._db.all(
             "SELECT * FROM cards WHERE dirty > 0 AND chat_id = ? ORDER BY card_id LIMIT ?",
             (chat_id, limit),
         )
-        return [_card(r) for r in rows]
+        first = [_card(r) for r in ended]
+        taken = {card.card_id for card in first}
+        return first + [_card(r) for r in rows if r["card_id"] not in taken]
 
     def chats_with_dirty(self) -> list[int]:
         """Chats (not marked forbidden) with cards waiting to be posted or edited."""

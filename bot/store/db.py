@@ -97,6 +97,8 @@ CREATE TABLE IF NOT EXISTS cards (
     UNIQUE (agent_id, item_id, chat_id)
 );
 CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty, chat_id);
+CREATE INDEX IF NOT EXISTS cards_edits ON cards (chat_id, card_id)
+    WHERE dirty > 0 AND message_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS votes (
     card_id INTEGER NOT NULL,
     user_id INTEGER NOT NULL,
@@ -124,6 +126,14 @@ CREATE TABLE IF NOT EXISTS decisions (
     at INTEGER NOT NULL,
     envelope_id TEXT NOT NULL,
     UNIQUE (agent_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS reported (
+    agent_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    outcome_by TEXT,
+    outcome_at INTEGER,
+    PRIMARY KEY (agent_id, item_id)
 );
 CREATE TABLE IF NOT EXISTS outbox (
     envelope_id TEXT PRIMARY KEY,

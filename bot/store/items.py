@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 
-from bot.core.model import CardRow, DecisionRow, ItemRow, NewItem
+from bot.core.model import CardRow, DecisionRow, ItemRow, NewItem, ReportedOutcome
 from bot.store.db import Database
 
 
@@ -95,6 +95,39 @@ class ItemsView:
         row = self._db.one("SELECT * FROM decisions WHERE envelope_id = ?", (envelope_id,))
         return DecisionRow(**dict(row)) if row else None
 
+    def sending(self, agent_id: str, item_id: str) -> bool:
+        """Whether the decision or answer made here for the item still waits for its relay
+        to take it (``sent``)."""
+        row = self._db.one(
+            "SELECT 1 FROM decisions d JOIN outbox o ON o.envelope_id = d.envelope_id"
+            " WHERE d.agent_id = ? AND d.item_id = ? AND o.sent_at IS NULL",
+            (agent_id, item_id),
+        )
+        return row is not None
+
+    def reported(self, agent_id: str, item_id: str) -> ReportedOutcome | None:
+        """How the agent said an item decided here ended, if it has said."""
+        row = self._db.one(
+            "SELECT * FROM reported WHERE agent_id = ? AND item_id = ?", (agent_id, item_id)
+        )
+        return ReportedOutcome(**dict(row)) if row else None
+
+    def unreported_decisions(
+        self, agent_id: str, item_ids: Collection[str]
+    ) -> dict[str, DecisionRow]:
+        """The decisions made here for ``item_ids`` whose outcome the agent has not
+        reported yet, by item."""
+        if not item_ids:
+            return {}
+        rows = self._db.all(
+            "SELECT d.* FROM decisions d WHERE d.agent_id = ?"
+            " AND d.item_id IN (SELECT value FROM json_each(?))"
+            " AND NOT EXISTS (SELECT 1 FROM reported r"
+            " WHERE r.agent_id = d.agent_id AND r.item_id = d.item_id)",
+            (agent_id, json.dumps(list(item_ids))),
+        )
+        return {str(row["item_id"]): DecisionRow(**dict(row)) for row in rows}
+
 
 class Items(ItemsView):
     """Reading and writing items and decisions."""
@@ -131,11 +164,26 @@ class Items(ItemsView):
         )
         if cursor.rowcount != 1:
             return False
+        self.redraw(agent_id, item_id)
+        return True
+
+    def redraw(self, agent_id: str, item_id: str) -> None:
+        """Mark the item's cards for editing."""
         self._db.run(
             "UPDATE cards SET dirty = dirty + 1 WHERE agent_id = ? AND item_id = ?",
             (agent_id, item_id),
         )
-        return True
+
+    def add_reported(self, report: ReportedOutcome) -> bool:
+        """Keep the outcome the agent reported for an item decided here; False when one
+        is kept already (the agent lists an item as resolved in many updates)."""
+        cursor = self._db.run(
+            "INSERT OR IGNORE INTO reported (agent_id, item_id, outcome, outcome_by,"
+            " outcome_at) VALUES (?, ?, ?, ?, ?)",
+            (report.agent_id, report.item_id, report.outcome, report.outcome_by,
+             report.outcome_at),
+        )
+        return cursor.rowcount == 1
 
     def add_decision(self, decision: DecisionRow) -> None:
         self._db.run(

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 HISTORY_DEFAULT = 10
 HISTORY_MAX = 15
 PENDING_MAX = 20
+SENT_WAIT_S = 1.0
+"""How long a tap's answer waits for the relay to take the decision the tap made."""
 
 HandlerFn = Callable[[Update, ContextTypes.DEFAULT_TYPE], Coroutine[Any, Any, None]]
 
@@ -257,10 +259,32 @@ class Handlers:
                 "alert_tallied", count=len(result.voters), required=result.required
             )
         if isinstance(result, Decided):
-            return False, self._renderer.text("alert_decided", decision=result.decision)
+            return False, self._renderer.text("alert_decided", decision=result.decision,
+                                              delivery=await self._delivery(report.card))
         if isinstance(result, Answered):
-            return False, self._renderer.text("alert_answered")
+            return False, self._renderer.text("alert_answered",
+                                              delivery=await self._delivery(report.card))
         return False, ""
+
+    async def _delivery(self, card: CardRow | None) -> str:
+        """Where the decision a tap just made on ``card`` stands: ``sent`` (its relay took
+        it), ``sending``, or ``queued`` (no session with its relay: it leaves once the
+        relay is back). Waits up to :data:`SENT_WAIT_S` for the relay's ``sent``."""
+        if card is None:
+            return "queued"
+        peer = self._view.agents.peer(card.agent_id)
+        if peer is None or not any(relay.url == peer.relay_url and relay.connected
+                                   for relay in self._relay_views()):
+            return "queued"
+        try:
+            async with asyncio.timeout(SENT_WAIT_S):
+                while True:
+                    self._changed.clear()
+                    if not self._view.items.sending(card.agent_id, card.item_id):
+                        return "sent"
+                    await self._changed.wait()  # set once the relay's sent is recorded
+        except TimeoutError:
+            return "sending"
 
     async def _ask_reason(self, chat: Chat, card: CardRow, user: User) -> None:
         html = self._renderer.message("deny_reason_prompt", person=user.full_name,

@@ -14,6 +14,10 @@ quickest of the recent ones: then it may have been held up on its way (a busy ev
 a slow network) by as much, and counts from that much later. Requests that travel alike
 then keep 30 a second, and one held up does not let the next second's 30 arrive on top of
 it.
+
+Within that, each chat takes its requests in turns (:class:`ChatTurns`): one at a time, a
+pace apart, the most urgent first, so that a card whose item was decided loses its buttons
+before new cards and reminders go out in that chat.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import asyncio
 import collections
 import contextlib
 import heapq
+import itertools
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -39,6 +44,12 @@ WINDOW_S = 1.0 + LEG_MARGIN_S
 RECENT = 100
 """Answers whose quickest is taken as the time an answer takes when nothing holds it up."""
 MAX_RETRIES = 3
+
+OUTCOME, REMINDER, CARD = 0, 1, 2
+"""How urgent a chat's request is, most urgent first: an edit that shows how an item
+ended (its buttons go), a reminder, then new cards and other edits."""
+MAX_TURN_WAIT_S = 60.0
+"""The longest a waiting request sleeps before it looks again (a clock may jump)."""
 
 JSONDict = dict[str, Any]
 Callback = Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]]
@@ -146,3 +157,84 @@ class BotRateLimiter(BaseRateLimiter[int]):
 
         return await self._groups.process_request(
             windowed, args, kwargs, endpoint, data, rate_limit_args)
+
+
+class _Chat:
+    """One chat's requests: those waiting (by urgency, then arrival), whether one is under
+    way, and when the last was answered."""
+
+    __slots__ = ("_event", "busy", "last_answer", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[int, int]] = []
+        self.busy = False
+        self.last_answer = -math.inf
+        self._event = asyncio.Event()
+
+    @property
+    def event(self) -> asyncio.Event:
+        """Set at the chat's next change."""
+        return self._event
+
+    def changed(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+
+class ChatTurns:
+    """Each chat's requests one at a time, ``pace`` seconds of ``clock`` from the answer to
+    one to the start of the next (a request reaches Telegram between its start and its
+    answer, so two never arrive closer than the pace), and the most urgent first: a chat's
+    waiting requests go by urgency (:data:`OUTCOME` first), then in the order they came."""
+
+    def __init__(self, pace: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._pace = pace
+        self._clock = clock
+        self._chats: dict[int, _Chat] = {}
+        self._arrivals = itertools.count()
+        self._paused_until = -math.inf
+
+    def pause(self, seconds: float) -> None:
+        """Telegram asked the bot to wait: no chat's next request starts before then."""
+        self._paused_until = max(self._paused_until, self._clock.time() + seconds)
+
+    async def ready(self, chat_id: int, urgency: int) -> None:
+        """Return once a request this urgent could start in the chat, without taking the
+        turn: the caller then chooses what to send, seeing what came in meanwhile."""
+        chat = self._chats.setdefault(chat_id, _Chat())
+        await self._wait(chat, lambda: not chat.waiting or chat.waiting[0][0] >= urgency)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, chat_id: int, urgency: int) -> AsyncIterator[None]:
+        """Run the request inside once it is the chat's turn; the pace counts from when
+        the block ends."""
+        chat = self._chats.setdefault(chat_id, _Chat())
+        place = (urgency, next(self._arrivals))
+        heapq.heappush(chat.waiting, place)
+        chat.changed()
+        try:
+            await self._wait(chat, lambda: chat.waiting[0] == place)
+        finally:
+            chat.waiting.remove(place)
+            heapq.heapify(chat.waiting)
+            chat.changed()
+        chat.busy = True
+        try:
+            yield
+        finally:
+            chat.busy = False
+            chat.last_answer = self._clock.time()
+            chat.changed()
+
+    async def _wait(self, chat: _Chat, first: Callable[[], bool]) -> None:
+        """Until no request of the chat is under way, ``first()`` holds and the pace (and
+        any pause) has passed."""
+        while True:
+            event = chat.event
+            delay = MAX_TURN_WAIT_S
+            if not chat.busy and first():
+                delay = max(chat.last_answer + self._pace, self._paused_until) \
+                    - self._clock.time()
+                if delay <= 0:
+                    return
+            await self._clock.wait(event, min(delay, MAX_TURN_WAIT_S))

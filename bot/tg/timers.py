@@ -1,4 +1,7 @@
-"""Time-driven work: expiring items, reminding approvers, pruning the replay set."""
+"""Time-driven work: expiring items, reminding approvers, pruning the replay set.
+
+A reminder waits for its chat's turn (:class:`bot.tg.ratelimit.ChatTurns`) in a task of
+its own, behind the chat's decided cards, so that a busy chat holds up nothing else."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from bot.errors import BotApiError, SkaldError
 from bot.render import Renderer
 from bot.render.environment import in_zone
 from bot.tg.gateway import Gateway
+from bot.tg.ratelimit import REMINDER, ChatTurns
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,7 @@ class Timers:
         renderer: Renderer,
         approvers: Callable[[int], Awaitable[frozenset[int]]],
         redraw: Callable[[], None],
+        turns: ChatTurns,
         clock: Clock,
     ) -> None:
         self._bridge = bridge
@@ -39,14 +44,24 @@ class Timers:
         self._renderer = renderer
         self._approvers = approvers
         self._redraw = redraw
+        self._turns = turns
         self._clock = clock
         self._wake = asyncio.Event()
+        self._reminding: set[asyncio.Task[None]] = set()
 
     def wake(self) -> None:
         """Something changed that may move the next due time."""
         self._wake.set()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            for task in self._reminding:
+                task.cancel()
+            await asyncio.gather(*self._reminding, return_exceptions=True)
+
+    async def _run(self) -> None:
         last_prune = 0
         due: int | None = 0
         while True:
@@ -56,7 +71,7 @@ class Timers:
                 if due is not None and due <= now:
                     if self._bridge.expire_due().cards:
                         self._redraw()
-                    await self._send_reminders()
+                    self._send_reminders()
                 if now - last_prune > REPLAY_PRUNE_EVERY_MS:
                     self._bridge.prune_replay()
                     last_prune = now
@@ -81,13 +96,21 @@ class Timers:
         self._wake.clear()
         await self._clock.wait(self._wake, timeout + 0.01)
 
-    async def _send_reminders(self) -> None:
+    def _send_reminders(self) -> None:
         for card in self._view.cards.due_reminder(self._bridge.now_ms()):
             self._bridge.claim_reminder(card.card_id)
-            try:
-                await self._remind(card)
-            except BotApiError as exc:
-                log.warning("could not send a reminder in chat %s: %s", card.chat_id, exc)
+            task = asyncio.create_task(self._try_remind(card))
+            self._reminding.add(task)
+            task.add_done_callback(self._reminding.discard)
+
+    async def _try_remind(self, card: CardRow) -> None:
+        try:
+            await self._remind(card)
+        except BotApiError as exc:
+            log.warning("could not send a reminder in chat %s: %s", card.chat_id, exc)
+        except SkaldError as exc:
+            log.warning("could not remind approvers of %s in chat %s: %s", card.item_id,
+                        card.chat_id, exc)
 
     async def _remind(self, card: CardRow) -> None:
         approvers = await self._approvers(card.chat_id)
@@ -105,8 +128,9 @@ class Timers:
             "reminder", approvers=waiting,
             expires_at=in_zone(expires_at, zone) if expires_at is not None else None,
         )
-        await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
-                                 reply_to=card.message_id)
+        async with self._turns.turn(card.chat_id, REMINDER):
+            await self._gateway.send(card.chat_id, html, topic_id=card.topic_id,
+                                     reply_to=card.message_id)
         self._bridge.reminder_sent(card, sorted(approvers - tapped))
         log.info("reminded %d approver(s) of %s in chat %s", len(waiting), card.item_id,
                  card.chat_id)

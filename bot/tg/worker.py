@@ -3,8 +3,9 @@
 Cards that need posting or editing are rows with a change counter (``cards.dirty``). The
 worker drains them one chat at a time (about one message per second per chat; the bot's
 rate limiter, :mod:`bot.tg.ratelimit`, keeps the global and per-group limits), so a burst
-in one chat never starves another. Because the work list is in SQLite, a restart resumes
-where it stopped.
+in one chat never starves another. In each chat, the cards of items that ended go first:
+a decided card loses its buttons before the chat's new cards and reminders go out.
+Because the work list is in SQLite, a restart resumes where it stopped.
 
 Nothing goes out that the store cannot record: before a message is sent, the store takes a
 write for it, and no new message goes out while one already sent waits to be recorded. A
@@ -16,10 +17,9 @@ record does (one copy, posted again at the next start).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
@@ -39,6 +39,7 @@ from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import keyboard
+from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ store can write again."""
 STOP_TIMEOUT_S = 10.0
 OFF_LOOP_CHARS = 64 * 1024
 """Items whose stored JSON is at least this long are drawn in a thread."""
+SENT_GRACE_S = 0.3
+"""How long a card decided here waits for the relay to take the decision (``sent``, a
+few milliseconds away when the relay is there) before it is shown as sending: otherwise
+nearly every decision would cost two edits."""
 
 
 class CardWorker:
@@ -74,9 +79,8 @@ class CardWorker:
         self._chats: dict[int, asyncio.Task[None]] = {}
         self._nudges: dict[int, asyncio.Event] = {}
         """Per chat: set by :meth:`wake` for a drain waiting on its parked cards."""
-        self._last_answer: dict[int, float] = {}
-        """Per chat: when the answer to its last request came (or the request failed)."""
-        self._paused_until = 0.0
+        self.turns = ChatTurns(config.chat_pace_s, clock)
+        """Each chat's requests in turns, a pace apart (reminders take theirs too)."""
         self._stopping = False
         self._failures: dict[int, int] = {}
         self._retry_at: dict[int, float] = {}
@@ -124,10 +128,11 @@ class CardWorker:
 
     async def _drain(self, chat_id: int) -> None:
         nudge = self._nudges.setdefault(chat_id, asyncio.Event())
+        turn_came = False
         while not self._stopping and not self._view.chats.forbidden(chat_id):
             now = self._clock.time()
             nudge.clear()
-            cards = self._view.cards.dirty(chat_id)
+            cards = self._view.cards.dirty(chat_id)  # the most urgent first
             ready = [c for c in cards if self._retry_at.get(c.card_id, 0.0) <= now]
             if not ready:
                 if not cards:
@@ -137,33 +142,66 @@ class CardWorker:
                 wake_at = min(self._retry_at[c.card_id] for c in cards)
                 await self._clock.wait(nudge, wake_at - now)
                 continue
-            for card in ready:
-                if self._stopping:
-                    return
-                current = self._view.cards.get(card.card_id)
-                if current is None or not current.dirty:
-                    continue
-                try:
-                    await self._show(current)
-                except Throttled as exc:
-                    log.warning("Telegram asked to wait %.1f s (chat %s)", exc.retry_after,
-                                chat_id)
-                    self._paused_until = self._clock.time() + exc.retry_after
-                    await self._clock.sleep(exc.retry_after)
-                    break
-                except ChatMoved as exc:
-                    self._bridge.chat_migrated(exc.old_chat_id, exc.new_chat_id, force=True)
-                    self._wake.set()
-                    return
-                except ChatUnavailable as exc:
-                    log.warning("stopped posting in chat %s: %s", chat_id, exc)
-                    self._bridge.chat_unavailable(chat_id)
-                    return
-                except Exception as exc:  # one broken card must never block its chat
-                    self._park(current, exc)
-                else:
-                    self._failures.pop(card.card_id, None)
-                    self._retry_at.pop(card.card_id, None)
+            if not turn_came and self._asks_telegram(ready[0]):
+                # Choose once the chat's turn has come: an item decided while this one
+                # waited for it goes first.
+                await self.turns.ready(chat_id, self._urgency(ready[0]))
+                turn_came = True
+                continue
+            turn_came = False
+            hold = self._sent_soon(ready[0])
+            if hold > 0:
+                await self._clock.wait(nudge, hold)  # the relay's sent wakes it
+                continue
+            if not await self._show_one(ready[0]):
+                return
+
+    def _sent_soon(self, card: CardRow) -> float:
+        """How long to hold a card whose decision, just made here, the relay has not
+        taken yet (0: show it now)."""
+        item = self._view.items.get(card.agent_id, card.item_id)
+        if item is None or item.outcome_chat_id is None or item.outcome_at is None:
+            return 0.0
+        left = item.outcome_at / 1000 + SENT_GRACE_S - self._clock.time()
+        if left <= 0 or not self._view.items.sending(card.agent_id, card.item_id):
+            return 0.0
+        return left
+
+    async def _show_one(self, card: CardRow) -> bool:
+        """Bring one card up to date; False when its chat can take no more for now."""
+        try:
+            await self._show(card)
+        except Throttled as exc:
+            log.warning("Telegram asked to wait %.1f s (chat %s)", exc.retry_after,
+                        card.chat_id)
+            self.turns.pause(exc.retry_after)
+            await self._clock.sleep(exc.retry_after)
+        except ChatMoved as exc:
+            self._bridge.chat_migrated(exc.old_chat_id, exc.new_chat_id, force=True)
+            self._wake.set()
+            return False
+        except ChatUnavailable as exc:
+            log.warning("stopped posting in chat %s: %s", card.chat_id, exc)
+            self._bridge.chat_unavailable(card.chat_id)
+            return False
+        except Exception as exc:  # one broken card must never block its chat
+            self._park(card, exc)
+        else:
+            self._failures.pop(card.card_id, None)
+            self._retry_at.pop(card.card_id, None)
+        return True
+
+    def _asks_telegram(self, card: CardRow) -> bool:
+        """Whether showing the card takes a request in its chat (one that ended before it
+        was posted takes none)."""
+        if card.message_id is not None:
+            return True
+        item = self._view.items.get(card.agent_id, card.item_id)
+        return item is not None and item.state == "open"
+
+    def _urgency(self, card: CardRow) -> int:
+        item = self._view.items.get(card.agent_id, card.item_id)
+        return CARD if item is not None and item.state == "open" else OUTCOME
 
     def _park(self, card: CardRow, exc: Exception) -> None:
         """Retry a card that failed later, backing off, and let the chat's others go first."""
@@ -184,25 +222,6 @@ class CardWorker:
             log.exception("bug while updating card %s in chat %s (attempt %d)", card.card_id,
                           card.chat_id, failures)
 
-    @contextlib.asynccontextmanager
-    async def _paced(self, chat_id: int) -> AsyncIterator[None]:
-        """Keep ``chat_pace_s`` between the answer to a chat's previous request and the
-        start of the next. A request reaches Telegram at some moment between its start and
-        its answer, so two never arrive closer than the pace, however unevenly they
-        travel (counting from the start would let a late first and a prompt second
-        arrive closer)."""
-        now = self._clock.time()
-        wait = max(
-            self._last_answer.get(chat_id, 0.0) + self._config.chat_pace_s - now,
-            self._paused_until - now,
-        )
-        if wait > 0:
-            await self._clock.sleep(wait)
-        try:
-            yield
-        finally:
-            self._last_answer[chat_id] = self._clock.time()
-
     async def _show(self, card: CardRow) -> None:
         record = self._unrecorded.get(card.card_id)
         if record is not None:
@@ -212,6 +231,7 @@ class CardWorker:
         view = self._view
         item = view.items.get(card.agent_id, card.item_id)
         generation = card.dirty
+        urgency = CARD if item is not None and item.state == "open" else OUTCOME
         if item is None or (card.message_id is None and item.state != "open"):
             self._bridge.card_shown(card.card_id, generation)  # closed before it was shown
             return
@@ -231,6 +251,9 @@ class CardWorker:
             outcome_private=view.chats.kind(outcome_chat) == "private",
             bound=bound,
             granted=view.grants.granted(card.agent_id, card.item_id),
+            sending=item.state != "open" and view.items.sending(card.agent_id, card.item_id),
+            reported=None if item.state == "open" else view.items.reported(card.agent_id,
+                                                                          card.item_id),
         )
         peer = view.agents.peer(card.agent_id)
         render = functools.partial(
@@ -265,7 +288,7 @@ class CardWorker:
         message_id = card.message_id
         if message_id is None:
             self._reserve(card)
-            async with self._paced(card.chat_id):
+            async with self.turns.turn(card.chat_id, urgency):
                 message_id = await self._gateway.send(
                     card.chat_id, rendered.html, plain=rendered.plain, keyboard=buttons,
                     topic_id=card.topic_id,
@@ -278,7 +301,7 @@ class CardWorker:
                 return
         else:
             try:
-                async with self._paced(card.chat_id):
+                async with self.turns.turn(card.chat_id, urgency):
                     await self._gateway.edit(card.chat_id, message_id, rendered.html,
                                              plain=rendered.plain, keyboard=buttons)
             except MessageGone:
@@ -290,7 +313,7 @@ class CardWorker:
             self._bridge.card_shown(card.card_id, generation)
             return
         self._reserve(card)
-        async with self._paced(card.chat_id):
+        async with self.turns.turn(card.chat_id, urgency):
             await self._gateway.send_document(
                 card.chat_id, attachment.filename, attachment.content,
                 topic_id=card.topic_id, reply_to=message_id,
