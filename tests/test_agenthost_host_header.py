@@ -7,58 +7,28 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
+from agenthost_world import TcpHost, serve_tcp
 
 from skald_telegram.client import SOCKET_NAME
 
 
-@dataclass(frozen=True)
-class Host:
-    state: Path
-    address: str
-    port: int
-    token: str
-
-
-def _serve(state: Path, listen: str) -> Iterator[Host]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bot", "agent", "serve", "--state", str(state),
-         "--relay", "ws://127.0.0.1:9/v1/connect", "--listen", listen],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        banner = process.stdout.readline()
-        found = re.search(r"http://([\d.]+):(\d+)", banner)
-        assert found, banner
-        token = (state / "api-token").read_text(encoding="utf-8").strip()
-        yield Host(state, found.group(1), int(found.group(2)), token)
-    finally:
-        process.terminate()
-        assert process.wait(timeout=10) == 0
+@pytest.fixture(scope="module")
+def loopback(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TcpHost]:
+    yield from serve_tcp(tmp_path_factory.mktemp("host-loopback"), "127.0.0.1:0")
 
 
 @pytest.fixture(scope="module")
-def loopback(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
-    yield from _serve(tmp_path_factory.mktemp("host-loopback"), "127.0.0.1:0")
-
-
-@pytest.fixture(scope="module")
-def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TcpHost]:
     """Listening on another loopback address, as a configured ``--listen`` would."""
-    yield from _serve(tmp_path_factory.mktemp("host-configured"), "127.0.0.2:0")
+    yield from serve_tcp(tmp_path_factory.mktemp("host-configured"), "127.0.0.2:0")
 
 
-def _get(host: Host, headers: list[tuple[str, str]], *,
+def _get(host: TcpHost, headers: list[tuple[str, str]], *,
          unix: bool = False) -> tuple[int, dict[str, Any]]:
     lines = ["GET /v1/status HTTP/1.1", *(f"{name}: {value}" for name, value in headers),
              "Connection: close", "", ""]
@@ -87,14 +57,14 @@ def _refused_hosts(port: int) -> list[str]:
     ]
 
 
-def test_a_loopback_name_with_the_port_is_answered(loopback: Host) -> None:
+def test_a_loopback_name_with_the_port_is_answered(loopback: TcpHost) -> None:
     bearer = ("Authorization", f"Bearer {loopback.token}")
     for name in ("127.0.0.1", "localhost", "LocalHost", "[::1]"):
         status, _ = _get(loopback, [("Host", f"{name}:{loopback.port}"), bearer])
         assert status == 200, name
 
 
-def test_any_other_host_is_refused_before_the_token(loopback: Host) -> None:
+def test_any_other_host_is_refused_before_the_token(loopback: TcpHost) -> None:
     bearer = ("Authorization", f"Bearer {loopback.token}")
     for name in _refused_hosts(loopback.port):
         for headers in ([("Host", name), bearer], [("Host", name)]):
@@ -104,7 +74,7 @@ def test_any_other_host_is_refused_before_the_token(loopback: Host) -> None:
             assert "agent" not in body and loopback.token not in json.dumps(body)
 
 
-def test_no_host_or_two_hosts_are_refused(loopback: Host) -> None:
+def test_no_host_or_two_hosts_are_refused(loopback: TcpHost) -> None:
     bearer = ("Authorization", f"Bearer {loopback.token}")
     good = ("Host", f"127.0.0.1:{loopback.port}")
     for headers in ([good, ("Host", "evil.example"), bearer],
@@ -114,7 +84,7 @@ def test_no_host_or_two_hosts_are_refused(loopback: Host) -> None:
         assert status in (400, 421), headers
 
 
-def test_the_right_host_still_needs_the_token(loopback: Host) -> None:
+def test_the_right_host_still_needs_the_token(loopback: TcpHost) -> None:
     good = ("Host", f"localhost:{loopback.port}")
     for headers in ([good], [good, ("Authorization", "Bearer nope")],
                     [good, ("Authorization", loopback.token)]):
@@ -122,7 +92,7 @@ def test_the_right_host_still_needs_the_token(loopback: Host) -> None:
         assert status == 401 and body["field"] == "Authorization"
 
 
-def test_the_configured_address_is_answered_too(configured: Host) -> None:
+def test_the_configured_address_is_answered_too(configured: TcpHost) -> None:
     assert configured.address == "127.0.0.2"
     bearer = ("Authorization", f"Bearer {configured.token}")
     for name in ("127.0.0.2", "127.0.0.1", "localhost"):
@@ -132,7 +102,7 @@ def test_the_configured_address_is_answered_too(configured: Host) -> None:
     assert status == 421
 
 
-def test_the_unix_socket_asks_for_neither(loopback: Host) -> None:
+def test_the_unix_socket_asks_for_neither(loopback: TcpHost) -> None:
     for headers in ([("Host", "evil.example")], [("Host", "localhost")]):
         status, body = _get(loopback, headers, unix=True)
         assert status == 200 and body, headers

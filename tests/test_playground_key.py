@@ -9,16 +9,16 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
 import pytest
 from test_demo import Output
+from test_playground import playground as playground_fixture  # noqa: F401
 
 from bot.playground.page import KEY_HEADER, REFUSED, page_routes
-from bot.playground.session import YOU, PlaygroundOptions, run_playground
+from bot.playground.session import YOU
 from bot.playground.stub import TelegramStub
 
 TIMEOUT = 15.0
@@ -40,25 +40,16 @@ ROUTES_BY_PATH = {path: body for _, _, path, body in ROUTES}
 POSTED = {path for _, method, path, _ in ROUTES if method == "POST"}
 
 
-class Playground:
-    def __init__(self, root: str, key: str, out: Output) -> None:
-        self.root, self.key, self.out = root, key, out
+class Playground(NamedTuple):
+    root: str
+    key: str
+    out: Output
 
 
 @pytest.fixture
-async def playground(tmp_path: Path) -> AsyncIterator[Playground]:
-    out, stop = Output(), asyncio.Event()
-    options = PlaygroundOptions(state=tmp_path / "state", port=0, open_browser=False,
-                                chat_pace_s=0)
-    task = asyncio.create_task(run_playground(options, stop=stop, out=out))
-    printed = await out.wait_for("Open http", TIMEOUT)
-    found = re.search(r"Open (http://\S+/)\?key=([\w-]+)", printed)
-    assert found is not None
-    try:
-        yield Playground(found.group(1), found.group(2), out)
-    finally:
-        stop.set()
-        assert await asyncio.wait_for(task, TIMEOUT) == 0
+def started(request: pytest.FixtureRequest) -> Playground:
+    """The running playground (``test_playground``'s fixture), by name."""
+    return Playground(*request.getfixturevalue("playground_fixture"))
 
 
 class Answer(NamedTuple):
@@ -78,45 +69,45 @@ async def _request(client: httpx.AsyncClient, method: str, url: str, body: objec
 
 
 @pytest.mark.parametrize("kind,method,path,body", ROUTES)
-async def test_a_request_without_the_key_is_refused(playground: Playground, kind: str,
+async def test_a_request_without_the_key_is_refused(started: Playground, kind: str,
                                                     method: str, path: str,
                                                     body: object) -> None:
-    wrong = playground.key[:-1] + ("A" if playground.key[-1] != "A" else "B")
-    cookie = f"skald_playground_{playground.root.rsplit(':', 1)[1].strip('/')}"
+    wrong = started.key[:-1] + ("A" if started.key[-1] != "A" else "B")
+    cookie = f"skald_playground_{started.root.rsplit(':', 1)[1].strip('/')}"
     attempts: list[dict[str, object]] = [
         {},
         {"params": {"key": wrong}},
         {"params": {"key": ""}},
-        {"params": {"key": playground.key[:-1]}},
+        {"params": {"key": started.key[:-1]}},
         {"headers": {KEY_HEADER: wrong}},
         {"headers": {"Cookie": f"{cookie}={wrong}"}},
-        {"headers": {"Cookie": f"skald_playground_1={playground.key}"}},  # another port's
-        {"params": {"key": playground.key.upper()}},
+        {"headers": {"Cookie": f"skald_playground_1={started.key}"}},  # another port's
+        {"params": {"key": started.key.upper()}},
     ]
     async with httpx.AsyncClient(timeout=TIMEOUT) as client:
         for attempt in attempts:
-            refused = await _request(client, method, f"{playground.root}{path}", body, **attempt)
+            refused = await _request(client, method, f"{started.root}{path}", body, **attempt)
             assert refused.status == 403, (kind, path, attempt)
             text = refused.text
             assert REFUSED in text and text.strip().count("\n") == 0
             assert "set-cookie" not in refused.headers
-    assert "hello" not in playground.out.getvalue()
+    assert "hello" not in started.out.getvalue()
 
 
 async def test_the_key_in_the_address_sets_a_strict_httponly_cookie(
-        playground: Playground) -> None:
+        started: Playground) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-        page = await client.get(f"{playground.root}?key={playground.key}")
+        page = await client.get(f"{started.root}?key={started.key}")
         assert page.status_code == 200 and "/static/app.js" in page.text
         cookie = page.headers["set-cookie"]
-        assert f"={playground.key};" in cookie
+        assert f"={started.key};" in cookie
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
         for kind, method, path, body in ROUTES:
-            answer = await _request(client, method, f"{playground.root}{path}", body)
+            answer = await _request(client, method, f"{started.root}{path}", body)
             assert answer.status != 403, (kind, path)
-    async with httpx.AsyncClient(timeout=TIMEOUT, headers={KEY_HEADER: playground.key}) as tool:
-        chats = (await tool.get(f"{playground.root}playground/bot")).json()
-        sent = await tool.post(f"{playground.root}playground/bot/sendMessage",
+    async with httpx.AsyncClient(timeout=TIMEOUT, headers={KEY_HEADER: started.key}) as tool:
+        chats = (await tool.get(f"{started.root}playground/bot")).json()
+        sent = await tool.post(f"{started.root}playground/bot/sendMessage",
                                json={"chat_id": chats["private"], "text": "from a tool"})
         assert sent.json()["ok"] is True
 
@@ -175,7 +166,7 @@ async def test_the_browser_is_opened_without_the_key_on_its_command_line(
     )  # fmt: skip
     assert process.stdout is not None
     try:
-        async with asyncio.timeout(TIMEOUT):
+        async with asyncio.timeout(4 * TIMEOUT):  # a process start on a busy machine
             while b"Open http" not in (line := await process.stdout.readline()):
                 assert line
             while not seen.exists() or "refresh" not in seen.read_text():
@@ -184,7 +175,7 @@ async def test_the_browser_is_opened_without_the_key_on_its_command_line(
         assert opener.stat().st_mode & 0o777 == 0o600
     finally:
         process.send_signal(signal.SIGINT)
-        await asyncio.wait_for(process.communicate(), TIMEOUT)
+        await asyncio.wait_for(process.communicate(), 4 * TIMEOUT)
     key = re.search(rb"\?key=([\w-]+)", line)
     assert key is not None
     argument, page = seen.read_text().split("\n", 1)
