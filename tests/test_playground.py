@@ -261,12 +261,30 @@ def test_render_without_a_playground_says_so(capsys: pytest.CaptureFixture[str])
     assert KEY not in err
 
 
-def test_render_needs_the_playgrounds_key(capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_needs_the_playgrounds_key(capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKALD_PLAYGROUND_KEY", raising=False)
     example = str(ROOT / "tests" / "data" / "render-example.json")
     assert cli_main(["render", example, "--playground"]) == 1
     err = capsys.readouterr().err
-    assert "has no key: pass the whole address skald-telegram demo printed" in err
+    assert "no key for http://127.0.0.1:8780/: set SKALD_PLAYGROUND_KEY" in err
     assert err.count("\n") == 1
+
+
+async def test_render_takes_the_key_from_the_environment(playground: tuple[str, str, Output],
+                                                        tmp_path: Path) -> None:
+    url, key, out = playground
+    text = await out.wait_for("Try a payload", TIMEOUT)
+    printed = re.search(r"Try a payload: SKALD_PLAYGROUND_KEY=(\S+) skald-telegram render "
+                        r"FILE\.json --playground (\S+)", text)
+    assert printed is not None and printed.groups() == (key, url)
+    example = str(ROOT / "tests" / "data" / "render-example.json")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "render", example, "--playground", url,
+        env=_env(SKALD_PLAYGROUND_KEY=key), stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    posted, _ = await asyncio.wait_for(process.communicate(), 4 * TIMEOUT)
+    assert process.returncode == 0 and b"\xe2\x9c\x93 posted approval apr_email_1" in posted
 
 
 async def test_render_with_a_wrong_key_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

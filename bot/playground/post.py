@@ -2,14 +2,16 @@
 
 The cards go through the stand-in's Bot API exactly as the bot sends them (HTML parse mode,
 the attachment as a document), so a card that Telegram would refuse is refused here with
-Telegram's own error text, before it reaches production. The playground's address must carry
-its key (``?key=…``, as the playground prints it); the bot's token is never needed.
+Telegram's own error text, before it reaches production. The playground's key comes from
+``$SKALD_PLAYGROUND_KEY`` or the address (``?key=…``), as the playground prints them; the
+bot's token is never needed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +21,7 @@ from typing import Any, Final
 import httpx
 
 from bot.errors import BotApiError, RenderError
-from bot.playground.page import KEY_HEADER, KEY_PARAMETER
+from bot.playground.page import KEY_HEADER, KEY_PARAMETER, KEY_VARIABLE
 from bot.preview import load_items
 from bot.protocol.payloads import InboxUpdate
 from bot.render import RenderedCard, Renderer
@@ -52,14 +54,16 @@ def post_command(args: argparse.Namespace) -> int:
 
 
 def _base_and_key(url: str) -> tuple[str, str]:
-    """The playground's root and its key, from the address it printed."""
+    """The playground's root and its key: from the address it printed, else from
+    ``$SKALD_PLAYGROUND_KEY`` (which, unlike a command line, other users cannot read)."""
     parts = urllib.parse.urlsplit(url)
+    base = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
     keys = urllib.parse.parse_qs(parts.query).get(KEY_PARAMETER)
-    if not keys:
-        raise RenderError(
-            f"--playground: {parts.scheme}://{parts.netloc}{parts.path} has no key: pass the "
-            "whole address skald-telegram demo printed (…/?key=…)")
-    return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/"), keys[0]
+    key = keys[0] if keys else os.environ.get(KEY_VARIABLE, "").strip()
+    if not key:
+        raise RenderError(f"--playground: no key for {base}/: set {KEY_VARIABLE} as "
+                          "skald-telegram demo printed it (or pass its whole address)")
+    return base, key
 
 
 def _cards(update: InboxUpdate, renderer: Renderer,

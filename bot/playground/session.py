@@ -31,7 +31,7 @@ from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
 from bot.playground import DEFAULT_PORT
-from bot.playground.page import page_routes, playground_url
+from bot.playground.page import KEY_VARIABLE, page_routes, playground_url
 from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
 from bot.relay.server import RelayServer
@@ -107,8 +107,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                             say(f"🔗 Paired the demo agent with {place}.")
                         url = playground_url(stub.api_url, key)
                         say(f"👉 Open {url}  (the key in it is the page's password)")
-                        say("   Try a payload: skald-telegram render FILE.json --playground "
-                            f"'{url}'")
+                        say(f"   Try a payload: {KEY_VARIABLE}={key} skald-telegram render "
+                            f"FILE.json --playground {stub.api_url}/")
                         say("   Ctrl-C stops the playground.")
                         if options.open_browser:
                             opener = _opener(state, url)
