@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,3 +168,34 @@ async def host_world(tmp: Path, *host_args: str,
         finally:
             await host.stop()
             await kill_children()
+
+
+@dataclass(frozen=True)
+class TcpHost:
+    """An agent host serving over TCP too: its state folder, address, port and token."""
+
+    state: Path
+    address: str
+    port: int
+    token: str
+
+
+def serve_tcp(state: Path, listen: str) -> Iterator[TcpHost]:
+    """``agent serve --listen LISTEN`` as a process until the generator is closed. No relay
+    listens: the API works all the same."""
+    process = subprocess.Popen(
+        [*CLI, "agent", "serve", "--state", str(state), "--relay", "ws://127.0.0.1:9/v1/connect",
+         "--listen", listen],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "SKALD_AGENT_STATE": str(state)},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        found = re.search(r"http://([\d.]+):(\d+)", banner)
+        assert found, banner
+        token = (state / "api-token").read_text(encoding="utf-8").strip()
+        yield TcpHost(state, found.group(1), int(found.group(2)), token)
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) == 0

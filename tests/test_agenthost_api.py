@@ -4,11 +4,7 @@ client sends may produce a 5xx or an answer the document does not describe)."""
 
 from __future__ import annotations
 
-import os
-import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +12,7 @@ import httpx
 import pytest
 import schemathesis
 import yaml
+from agenthost_world import serve_tcp
 from hypothesis import HealthCheck, settings
 from starlette.routing import Route
 
@@ -48,23 +45,9 @@ def test_the_document_lists_exactly_the_apps_routes() -> None:
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
     """A host over TCP (and its token). No relay listens: the API works all the same."""
     state = tmp_path_factory.mktemp("fuzzed-host")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bot", "agent", "serve", "--state", str(state),
-         "--relay", "ws://127.0.0.1:9/v1/connect", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "SKALD_AGENT_STATE": str(state)},
-    )
-    try:
-        assert process.stdout is not None
-        banner = process.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)", banner)
-        assert match, banner
-        token = (state / "api-token").read_text(encoding="utf-8").strip()
+    for host in serve_tcp(state, "127.0.0.1:0"):
         assert oct((state / "api-token").stat().st_mode & 0o777) == "0o600"
-        yield f"http://127.0.0.1:{match.group(1)}", {"Authorization": f"Bearer {token}"}
-    finally:
-        process.terminate()
-        assert process.wait(timeout=10) == 0
+        yield f"http://127.0.0.1:{host.port}", {"Authorization": f"Bearer {host.token}"}
 
 
 def test_the_sockets_take_connections_before_the_banner(tmp_path: Path) -> None:

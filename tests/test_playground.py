@@ -23,6 +23,7 @@ from bot.playground.session import OPS_TEAM, YOU, PlaygroundOptions, run_playgro
 from bot.playground.stub import TelegramStub
 
 TIMEOUT = 15.0
+KEY = "Zq0sT1oUc8lVh4Gd2yKpXb7Nf3Jm9Wer"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -69,7 +70,7 @@ async def test_demo_without_a_token_is_the_playground_on_loopback_only(tmp_path:
     try:
         assert "PLAYGROUND" in lines[0]
         assert "127.0.0.1 only" in lines[1]
-        url = re.search(r"Open (http://127\.0\.0\.1:\d+/)", lines[-1])
+        url = re.search(r"Open (http://127\.0\.0\.1:\d+/\?key=[\w-]{32})  ", lines[-1])
         assert url is not None
         listening = _listening(process.pid)
         assert len(listening) >= 2  # the page with the Bot API, and the relay
@@ -129,16 +130,17 @@ class Feed:
 
 
 @pytest.fixture
-async def playground(tmp_path: Path) -> AsyncIterator[tuple[str, Output]]:
+async def playground(tmp_path: Path) -> AsyncIterator[tuple[str, str, Output]]:
+    """The page's root, its key and the playground's terminal."""
     out, stop = Output(), asyncio.Event()
     options = PlaygroundOptions(state=tmp_path / "state", port=0, open_browser=False,
                                 chat_pace_s=0)
     task = asyncio.create_task(run_playground(options, stop=stop, out=out))
     text = await out.wait_for("Open http", TIMEOUT)
-    url = re.search(r"Open (http://\S+/)", text)
+    url = re.search(r"Open (http://\S+/)\?key=([\w-]+)", text)
     assert url is not None
     try:
-        yield url.group(1), out
+        yield url.group(1), url.group(2), out
     finally:
         stop.set()
         assert await asyncio.wait_for(task, TIMEOUT) == 0
@@ -152,11 +154,12 @@ def _button(message: dict[str, Any], label: str) -> str:
     raise AssertionError(f"no {label!r} button")
 
 
-async def test_the_page_feed_and_actions(playground: tuple[str, Output]) -> None:
-    url, out = playground
+async def test_the_page_feed_and_actions(playground: tuple[str, str, Output]) -> None:
+    url, key, out = playground
     ada, dave = YOU, 1004
     feed = Feed()
     async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        assert (await client.get(f"{url}?key={key}")).status_code == 200  # sets the cookie
         follower = asyncio.create_task(feed.follow(client, url))
         try:
             await feed.until(lambda: len(feed.cards(ada)) == 5 and len(feed.cards(OPS_TEAM)) == 5)
@@ -189,7 +192,7 @@ async def test_the_page_feed_and_actions(playground: tuple[str, Output]) -> None
                                       headers={"Content-Type": "text/plain"})
             assert plain.status_code == 400
             rebound = await client.get(f"{url}playground/bot", headers={"Host": "evil.example"})
-            assert rebound.status_code == 400 and "api_root" not in rebound.text
+            assert rebound.status_code == 400 and "private" not in rebound.text
             garbled = await client.post(f"{url}playground/send", content=b"{not json",
                                         headers={"Content-Type": "application/json"})
             assert garbled.json() == {"ok": False, "error_code": 400,
@@ -225,10 +228,10 @@ async def test_render_posts_a_payloads_cards_into_the_playground(
     tg.add_user(1001, "Ada")
     tg.add_private_chat(1001)
     tg.add_group(-100123, "Ops team", admins=[1001], members=[])
-    tg.add_routes(page_routes(tg))
+    tg.add_routes(page_routes(tg, key=KEY))
     example = str(ROOT / "tests" / "data" / "render-example.json")
     async with tg:
-        url = f"{tg.api_url}/"
+        url = f"{tg.api_url}/?key={KEY}"
         code = await asyncio.to_thread(cli_main, ["render", example, "--playground", url])
         assert code == 0
         printed = capsys.readouterr().out
@@ -252,6 +255,47 @@ async def test_render_posts_a_payloads_cards_into_the_playground(
 
 def test_render_without_a_playground_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     example = str(ROOT / "tests" / "data" / "render-example.json")
-    assert cli_main(["render", example, "--playground", "http://127.0.0.1:9/"]) == 1
+    assert cli_main(["render", example, "--playground", f"http://127.0.0.1:9/?key={KEY}"]) == 1
     err = capsys.readouterr().err
     assert "no playground answers at http://127.0.0.1:9/playground/bot" in err
+    assert KEY not in err
+
+
+def test_render_needs_the_playgrounds_key(capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKALD_PLAYGROUND_KEY", raising=False)
+    example = str(ROOT / "tests" / "data" / "render-example.json")
+    assert cli_main(["render", example, "--playground"]) == 1
+    err = capsys.readouterr().err
+    assert "no key for http://127.0.0.1:8780/: set SKALD_PLAYGROUND_KEY" in err
+    assert err.count("\n") == 1
+
+
+async def test_render_takes_the_key_from_the_environment(playground: tuple[str, str, Output],
+                                                        tmp_path: Path) -> None:
+    url, key, out = playground
+    text = await out.wait_for("Try a payload", TIMEOUT)
+    printed = re.search(r"Try a payload: SKALD_PLAYGROUND_KEY=(\S+) skald-telegram render "
+                        r"FILE\.json --playground (\S+)", text)
+    assert printed is not None and printed.groups() == (key, url)
+    example = str(ROOT / "tests" / "data" / "render-example.json")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "render", example, "--playground", url,
+        env=_env(SKALD_PLAYGROUND_KEY=key), stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    posted, _ = await asyncio.wait_for(process.communicate(), 4 * TIMEOUT)
+    assert process.returncode == 0 and b"\xe2\x9c\x93 posted approval apr_email_1" in posted
+
+
+async def test_render_with_a_wrong_key_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    tg = TelegramStub(token="777001:PLAY")
+    tg.add_user(1001, "Ada")
+    tg.add_private_chat(1001)
+    tg.add_routes(page_routes(tg, key=KEY))
+    example = str(ROOT / "tests" / "data" / "render-example.json")
+    async with tg:
+        url = f"{tg.api_url}/?key={KEY[:-1]}x"
+        assert await asyncio.to_thread(cli_main, ["render", example, "--playground", url]) == 1
+    assert "refused its key" in capsys.readouterr().err
+    assert not tg.bot_messages(1001)
+

@@ -113,14 +113,17 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
 
 
 def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -> None:
-    url = terminal.wait_for(r"Open (http://127\.0\.0\.1:\d+/)").group(1)
+    found = terminal.wait_for(r"Open ((http://127\.0\.0\.1:\d+/)\?key=([\w-]+))")
+    address, url, key = found.group(1), found.group(2), found.group(3)
     assert "127.0.0.1 only" in terminal.lines[1]
     context = browser.new_context(viewport={"width": 1180, "height": 860}, accept_downloads=True)
     context.set_default_timeout(TIMEOUT_S * 1000)
     expect.set_options(timeout=TIMEOUT_S * 1000)
     page = context.new_page()
     try:
-        page.goto(url)
+        assert page.goto(url).status == 403  # without the key
+        page.goto(address)
+        expect(page).to_have_url(url)  # the key leaves the address bar; the cookie keeps it
         expect(page.locator("#chat-title")).to_have_text("Skald Playground")
         cards = page.locator(".message", has_text="Skald demo agent asks")
         expect(cards).to_have_count(5)
@@ -172,8 +175,10 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         # Anything posted through the Bot API shows up, drawn from its text and entities.
         page.locator("#who").select_option(label="Ada Lovelace")
         page.locator(".chat-item", has_text="Skald Playground").click()
-        bot = httpx.get(f"{url}playground/bot").json()
-        sent = httpx.post(f"{bot['api_root']}/sendMessage", json={
+        tool = httpx.Client(headers={"X-Playground-Key": key})
+        bot = tool.get(f"{url}playground/bot").json()
+        api_root = f"{url}playground/bot"
+        sent = tool.post(f"{api_root}/sendMessage", json={
             "chat_id": bot["private"], "text": RICH, "parse_mode": "HTML",
             "reply_markup": {"inline_keyboard": [[
                 {"text": "Docs", "url": "https://example.com/docs"},
@@ -195,12 +200,12 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         rich.get_by_role("button", name="Copy id").click()
         expect(page.locator("#toast")).to_have_text("Copied to clipboard")
 
-        refused = httpx.post(f"{bot['api_root']}/sendMessage", json={
+        refused = tool.post(f"{api_root}/sendMessage", json={
             "chat_id": bot["private"], "text": "<b>unclosed", "parse_mode": "HTML"})
         assert refused.status_code == 400
         assert refused.json()["description"].startswith("Bad Request: can't parse entities")
 
-        document = httpx.post(f"{bot['api_root']}/sendDocument",
+        document = tool.post(f"{api_root}/sendDocument",
                               data={"chat_id": str(bot["private"]), "caption": "the log"},
                               files={"document": ("build.log", b"all green\n", "text/plain")})
         assert document.json()["ok"] is True, document.text
@@ -210,6 +215,16 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
             link.click()
         saved = Path(download.value.path())
         assert saved.read_bytes() == b"all green\n"
+
+        # Reloaded, the page works from its cookie alone; a fresh browser without it does not.
+        page.reload()
+        expect(page.locator(".message", has_text="Formatting")).to_have_count(1)
+        stranger = browser.new_context()
+        try:
+            assert stranger.new_page().goto(url).status == 403
+        finally:
+            stranger.close()
+        tool.close()
     finally:
         context.close()
     assert terminal.stop() == 0

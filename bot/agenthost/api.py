@@ -1,8 +1,9 @@
 """The agent host's local HTTP API (``docs/api/openapi.yaml``) as a Starlette app.
 
 Requests are checked field by field; anything wrong gets a 4xx with
-``{"error": "...", "field": "..."}``. Over TCP every request needs the bearer token; over
-the Unix socket, whose file only its owner can open, none is asked for.
+``{"error": "...", "field": "..."}``. Over TCP every request needs the bearer token and a
+``Host`` header naming the listener; over the Unix socket, whose file only its owner can
+open, neither is asked for.
 """
 
 from __future__ import annotations
@@ -249,36 +250,64 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return response
 
 
-class TokenGuard:
-    """Asks TCP clients for ``Authorization: Bearer <token>``; the Unix socket (whose
-    server address has no port) needs none. Without a token, TCP is refused."""
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+
+def allowed_hosts(listen_host: str, port: int) -> frozenset[str]:
+    """The ``Host`` values a TCP request may carry: a loopback name or the configured
+    address, each with the port."""
+    configured = listen_host.strip("[]").lower()
+    if ":" in configured:
+        configured = f"[{configured}]"
+    return frozenset(f"{name}:{port}" for name in (*LOOPBACK_NAMES, configured))
+
+
+class TokenGuard:
+    """Asks TCP clients for ``Authorization: Bearer <token>`` and a ``Host`` header naming
+    this listener (``hosts``): a web page whose own name an attacker points at 127.0.0.1
+    (DNS rebinding) sends its own name and is refused before the token is even looked at.
+    The Unix socket (whose server address has no port) needs neither. Without a token, TCP
+    is refused."""
+
+    def __init__(self, app: ASGIApp, token: str | None,
+                 hosts: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.token = token
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._allowed(scope):
-            response = error(401, "missing or wrong bearer token", "Authorization")
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http" and not _over_unix_socket(scope):
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
-    def _allowed(self, scope: Scope) -> bool:
-        server = scope.get("server")
-        if isinstance(server, tuple | list) and len(server) == 2 and server[1] is None:
-            return True  # the Unix socket
+    def _refusal(self, scope: Scope) -> Response | None:
+        headers = dict(scope.get("headers", []))
+        named = [value.decode("latin-1").lower() for name, value in scope.get("headers", [])
+                 if name == b"host"]
+        if len(named) != 1 or named[0] not in self.hosts:
+            log.info("refused a TCP request addressed to another host name")
+            return error(421, "the Host header must name this listener (127.0.0.1, localhost "
+                              "or [::1] with its port, or its --listen address)", "Host")
         if self.token is None:
-            return False
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                expected = f"Bearer {self.token}".encode()
-                return hmac.compare_digest(value, expected)
-        return False
+            return error(401, "missing or wrong bearer token", "Authorization")
+        expected = f"Bearer {self.token}".encode()
+        if not hmac.compare_digest(headers.get(b"authorization", b""), expected):
+            return error(401, "missing or wrong bearer token", "Authorization")
+        return None
 
 
-def create_app(host: AgentHost, token: str | None = None) -> ASGIApp:
-    """The API for ``host``; ``token`` guards TCP connections."""
+def _over_unix_socket(scope: Scope) -> bool:
+    server = scope.get("server")
+    return isinstance(server, tuple | list) and len(server) == 2 and server[1] is None
+
+
+def create_app(host: AgentHost, token: str | None = None,
+               hosts: frozenset[str] = frozenset()) -> ASGIApp:
+    """The API for ``host``; ``token`` and ``hosts`` (:func:`allowed_hosts`) guard TCP
+    connections."""
     routes = [
         Route("/v1/approvals", _guarded(create_approval), methods=["POST"]),
         Route("/v1/questions", _guarded(create_question), methods=["POST"]),
@@ -294,4 +323,4 @@ def create_app(host: AgentHost, token: str | None = None) -> ASGIApp:
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.host = host
-    return TokenGuard(app, token)
+    return TokenGuard(app, token, hosts)

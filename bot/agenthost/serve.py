@@ -2,7 +2,8 @@
 
 One host per state folder (an exclusive lock on ``agent.lock``). The API listens on
 ``agent.sock`` (0600) and, with ``--listen``, on a TCP address guarded by the bearer token
-in ``api-token`` (0600). SIGTERM and SIGINT stop it cleanly; SIGKILL loses nothing.
+in ``api-token`` (0600) and by the ``Host`` header (loopback names or the listen address).
+SIGTERM and SIGINT stop it cleanly; SIGKILL loses nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Final, TextIO
 
 import uvicorn
 
-from bot.agenthost.api import create_app
+from bot.agenthost.api import allowed_hosts, create_app
 from bot.agenthost.service import AgentHost
 from bot.agenthost.store import AgentStore, private_folder, unusable_folder
 from bot.errors import RelayError, SkaldError, StoreError
@@ -169,7 +170,7 @@ def serve(options: ServeOptions, out: TextIO = sys.stdout) -> int:
             if options.listen:
                 sockets.append(_tcp_socket(options.listen))
             keep_large_buffers()  # envelopes of up to a megabyte, opened and sealed
-            asyncio.run(_run(host, token, sockets, out))
+            asyncio.run(_run(host, token, sockets, out, options.listen))
         finally:
             (state / SOCKET_NAME).unlink(missing_ok=True)
             store.close()
@@ -177,9 +178,12 @@ def serve(options: ServeOptions, out: TextIO = sys.stdout) -> int:
 
 
 async def _run(host: AgentHost, token: str | None, sockets: list[socket.socket],
-               out: TextIO) -> None:
+               out: TextIO, listen: str | None) -> None:
+    hosts = frozenset[str]()
+    if listen is not None:
+        hosts = allowed_hosts(listen.rpartition(":")[0], sockets[1].getsockname()[1])
     config = uvicorn.Config(
-        create_app(host, token), lifespan="off", log_level="warning", access_log=False,
+        create_app(host, token, hosts), lifespan="off", log_level="warning", access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, log_config=None,
     )
     server = _Server(config)

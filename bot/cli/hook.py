@@ -8,9 +8,13 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bot.integrations.contract import HookAnswer
 
 AGENTS = ("claude-code", "codex", "gemini", "cursor")
 DEFAULT_TIMEOUT = 300.0
@@ -58,24 +62,71 @@ def run(args: argparse.Namespace) -> int:
 
 def _answer(args: argparse.Namespace) -> int:
     from bot.integrations.approval import failure, host_connector
-    from bot.integrations.hook import CONTRACTS, run_hook
+    from bot.integrations.hook import CONTRACTS, run_hook, stopped_answer
 
     contract = CONTRACTS[args.target]
-    signal.signal(signal.SIGTERM, _interrupt)
+    raw = ""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stopped)
     try:
         raw = sys.stdin.read()
-        answer = asyncio.run(run_hook(
+        answer = asyncio.run(_until_stopped(run_hook(
             contract, raw, host_connector(args.state), timeout=args.timeout,
             on_error=args.on_error,
-        ))
+        )))
+    except Stopped:
+        answer = stopped_answer(contract, raw)
     except Exception as exc:  # fail closed, and never a traceback where the agent reads
         answer = contract.answer(None, failure(f"internal error: {exc}", args.on_error))
+    for signum in STOP_SIGNALS:  # the answer is decided: nothing may cut it short now
+        signal.signal(signum, signal.SIG_IGN)
     if answer.stdout:
         sys.stdout.write(answer.stdout + "\n")
         sys.stdout.flush()
     if answer.stderr:
         print(answer.stderr, file=sys.stderr)
     return answer.exit_code
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""How an agent (or a closed terminal) stops a hook; a stopped hook answers deny, since an
+agent reads a hook that ends without an answer as no objection."""
+
+
+class Stopped(BaseException):
+    """The hook received one of :data:`STOP_SIGNALS` before it had an answer."""
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+async def _until_stopped(hook: Coroutine[Any, Any, HookAnswer]) -> HookAnswer:
+    """Run ``hook``; a stop signal cancels it (its pending item is withdrawn on the way out)
+    and raises :class:`Stopped` once it has ended."""
+    task = asyncio.ensure_future(hook)
+    loop = asyncio.get_running_loop()
+    signalled: list[int] = []
+
+    def stop(signum: int) -> None:
+        if not signalled:
+            signalled.append(signum)
+            task.cancel()
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        answer = await task
+    except asyncio.CancelledError:
+        if not signalled:
+            raise
+    finally:
+        for signum in STOP_SIGNALS:  # back to raising Stopped until the answer is out
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, _stopped)
+    if signalled:
+        raise Stopped(signal.Signals(signalled[0]).name)
+    return answer
 
 
 def _change_settings(args: argparse.Namespace) -> int:
@@ -115,7 +166,3 @@ def seconds(text: str) -> float:
     if not 1 <= value <= 86400:
         raise argparse.ArgumentTypeError("must be between 1 and 86400 seconds")
     return value
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

@@ -29,6 +29,8 @@ CONTRACTS: Final[Mapping[str, HookContract]] = {
 
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 """A larger file is not diffed: the card says so instead."""
+STOPPED: Final = "stopped before a decision"
+"""Why a hook stopped by a signal denies (an unanswered hook lets the call run)."""
 
 PathResolver = Callable[[str], "str | None"]
 """Where an absolute path really leads on this machine, or None when that cannot be told."""
@@ -101,6 +103,21 @@ def real_path(path: str) -> str | None:
     except (OSError, ValueError):
         return None
     return real
+
+
+def stopped_answer(contract: HookContract, raw: str) -> HookAnswer:
+    """The answer of a hook stopped before a decision: always that agent's deny (whatever
+    ``--on-error`` says), for the event ``raw`` names if it can be read that far."""
+    return contract.answer(_event_name(raw, contract), failure(STOPPED, "deny"))
+
+
+def _event_name(raw: str, contract: HookContract) -> str | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    name = data.get("hook_event_name") if isinstance(data, dict) else None
+    return name if name in contract.events else None
 
 
 def read_text_file(path: str) -> str | None:

@@ -1,31 +1,37 @@
 """``hook install`` and ``hook uninstall``: our hook merged into an agent's settings file.
 
-Everything else in the file stays as it was; the first change keeps a copy of the original
-beside it (``<file>.skald-telegram.bak``); the new file replaces the old one atomically.
-The hook is given a timeout longer than the approval's, so that the agent never gives up
-on it first (a hook that times out lets the call through in some agents).
+Everything else in the file stays as it was, numbers byte for byte (:mod:`settings_json`);
+a file that cannot be rewritten without loss is refused untouched. Every version a change
+replaces is kept beside the file (``<file>.bak-20261203T121500Z``, never overwritten); the
+new version replaces the old one atomically, in place of a symlink's target (the link
+stays) and with the old one's mode. The hook is given a timeout longer than the approval's,
+so that the agent never gives up on it first (a hook that times out lets the call through
+in some agents).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import shlex
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from bot.errors import SkaldError
+from bot.integrations.settings_json import LossyJson, dumps, loads
 
 Scope = Literal["user", "project"]
 
 HOOK_GRACE_SECONDS: Final = 30
 """How much longer than the approval the agent waits for the hook."""
 
-BACKUP_SUFFIX: Final = ".skald-telegram.bak"
+BACKUP_INFIX: Final = ".bak-"
+"""``settings.json.bak-20261203T121500Z``: the version a change replaced, and when."""
+NEW_FILE_MODE: Final = 0o644
 
 
 class SettingsError(SkaldError):
@@ -98,19 +104,19 @@ def install(site: HookSite, path: Path, command: str, timeout: float) -> list[st
         entries.append(_entry(site, command, matcher, limit))
         where = f" (matcher {matcher})" if matcher else ""
         changes.append(f"  + {event}{where}: {command} (hook timeout {limit} s)")
-    if updated == settings and _ours(settings, site):
+    if dumps(updated) == dumps(settings) and _ours(settings, site):
         return [f"{path}: already installed, nothing changed"]
     removed = _describe_ours(settings, site, "-")
-    return _save(path, original if not removed else None, updated, [*removed, *changes])
+    return _save(path, original, updated, [*removed, *changes])
 
 
 def uninstall(site: HookSite, path: Path) -> list[str]:
     """Take our hook out of ``path``; returns the lines saying what changed."""
-    _, settings = _load(path)
+    original, settings = _load(path)
     removed = _describe_ours(settings, site, "-")
     if not removed:
         return [f"{path}: no skald-telegram hook for {site.agent}, nothing changed"]
-    return _save(path, None, _without_ours(settings, site, prune=True), removed)
+    return _save(path, original, _without_ours(settings, site, prune=True), removed)
 
 
 def _entry(site: HookSite, command: str, matcher: str | None, limit: int) -> dict[str, Any]:
@@ -191,53 +197,81 @@ def _without_ours(
     return updated
 
 
-def _load(path: Path) -> tuple[str | None, dict[str, Any]]:
+def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
+    """The file's bytes as they are (``None`` if there is no file) and its settings."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         return None, {}
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{path}: cannot be read ({exc}); nothing was changed") from exc
     if not text.strip():
-        return text, {}
+        return raw, {}
     try:
-        settings = json.loads(text)
-    except ValueError as exc:
-        raise SettingsError(
-            f"{path}: not valid JSON ({exc}); fix or move it, nothing was changed"
-        ) from exc
+        settings = loads(text)
+    except LossyJson as exc:
+        raise SettingsError(f"{path}: {exc}; fix it or add the hook by hand, nothing was "
+                            "changed") from exc
     if not isinstance(settings, dict):
         raise SettingsError(f"{path}: not a JSON object; nothing was changed")
-    return text, settings
+    return raw, settings
 
 
-def _save(path: Path, original: str | None, settings: dict[str, Any], changes: list[str]
+def _save(path: Path, original: bytes | None, settings: dict[str, Any], changes: list[str]
           ) -> list[str]:
-    """Write ``settings``; ``original``, the file as its owner left it (without our hook),
-    is kept beside it unless a copy is there already."""
+    """Write ``settings`` in place of ``original`` (the file's bytes as read), which is
+    kept beside ``path`` first."""
     lines = [f"{path}:", *changes]
+    target = Path(os.path.realpath(path))  # a symlink stays a symlink: its target changes
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = target.stat().st_mode & 0o7777 if original is not None else NEW_FILE_MODE
         if original is not None:
-            backup = path.with_name(path.name + BACKUP_SUFFIX)
-            if not backup.exists():
-                backup.write_text(original, encoding="utf-8")
-                os.chmod(backup, path.stat().st_mode & 0o777)
-                lines.append(f"  backup of the original: {backup}")
-        _replace(path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+            backup = _backup(path, original, mode)
+            lines.append(f"  backup of the replaced version: {backup}")
+        _replace(target, (dumps(settings) + "\n").encode("utf-8"), mode)
     except OSError as exc:
         raise SettingsError(f"{path}: cannot be written ({exc})") from exc
     return lines
 
 
-def _replace(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, temporary = tempfile.mkstemp(prefix=path.name, dir=path.parent)
+def _backup(path: Path, content: bytes, mode: int) -> Path:
+    """``content`` in a new file beside ``path``, named for now; an earlier backup is never
+    overwritten (a second one in the same second gets ``-2``, …)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = path.with_name(f"{path.name}{BACKUP_INFIX}{stamp}")
+    for attempt in range(1, 1000):
+        backup = base if attempt == 1 else base.with_name(f"{base.name}-{attempt}")
+        try:
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o777)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fchmod(file.fileno(), mode & 0o777)  # whatever the umask
+            os.fsync(file.fileno())
+        return backup
+    raise OSError(f"too many backups named {base.name}")
+
+
+def _replace(target: Path, content: bytes, mode: int) -> None:
+    """``content`` in place of ``target``, atomically: a temporary file in the same folder,
+    synced, then renamed over it."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fchmod(file.fileno(), mode)
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    folder = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

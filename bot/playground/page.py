@@ -3,20 +3,26 @@
 The page (``static/``) renders each message from its text and entities, as a Telegram client
 does, and acts as the people in the chats: it sends their messages and button taps through
 the stand-in (``send_text``, ``tap``) and follows every change live (server-sent events).
+
+Every route here needs the playground's key: a random secret in the address the playground
+prints (``?key=…``), kept afterwards in an HttpOnly, SameSite=Strict cookie, or sent by a
+local tool in the ``X-Playground-Key`` header. Anyone else on the machine reaches the port
+but gets 403. The bot's token never leaves the process: a tool posting as the bot goes
+through ``/playground/bot/<method>``.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import BaseRoute, Route
 
 from bot.playground.stub import ApiError, TelegramStub, bad_request
 from bot.playground.tg_html import HtmlRefused
@@ -29,23 +35,76 @@ HEARTBEAT_S: Final = 15.0
 ANSWER_WAIT_S: Final = 10.0
 """How long a tap waits for the bot's answer (Telegram clients give up after about that)."""
 MAX_TEXT: Final = 4096
+KEY_PARAMETER: Final = "key"
+"""The query parameter of the address the playground prints, carrying its key."""
+KEY_HEADER: Final = "X-Playground-Key"
+"""How a local tool (``render --playground``) presents the key."""
+KEY_VARIABLE: Final = "SKALD_PLAYGROUND_KEY"
+"""Where ``render --playground`` finds the key: an environment, unlike a command line, is
+not readable by other users."""
+STATIC_FILES: Final = frozenset({"app.js", "style.css"})
+REFUSED: Final = "Forbidden: open the playground with the address it printed (with its key)"
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 Roles = Mapping[int, Mapping[int, str]]
 """Per chat id, a label for some members ("approver", "observer"), shown beside their names."""
 
 
-def page_routes(stub: TelegramStub, *, roles: Roles | None = None) -> list[BaseRoute]:
-    """The page's routes, to serve beside the stand-in's Bot API (``stub.add_routes``)."""
+def page_routes(stub: TelegramStub, *, key: str,
+                roles: Roles | None = None) -> list[BaseRoute]:
+    """The page's routes, to serve beside the stand-in's Bot API (``stub.add_routes``); each
+    answers only a request that carries ``key``."""
     page = _Page(stub, roles or {})
+    guard = _Guard(key, stub)
     return [
-        Route("/", page.index, methods=["GET"]),
-        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
-        Route("/playground/events", page.events, methods=["GET"]),
-        Route("/playground/send", page.send, methods=["POST"]),
-        Route("/playground/tap", page.tap, methods=["POST"]),
-        Route("/playground/files/{file_id}", page.file, methods=["GET"]),
-        Route("/playground/bot", page.bot, methods=["GET"]),
+        Route("/", guard(page.index), methods=["GET"]),
+        Route("/static/{name}", guard(page.static), methods=["GET"]),
+        Route("/playground/events", guard(page.events), methods=["GET"]),
+        Route("/playground/send", guard(page.send), methods=["POST"]),
+        Route("/playground/tap", guard(page.tap), methods=["POST"]),
+        Route("/playground/files/{file_id}", guard(page.file), methods=["GET"]),
+        Route("/playground/bot", guard(page.bot), methods=["GET"]),
+        Route("/playground/bot/{method}", guard(page.bot_call), methods=["POST"]),
     ]
+
+
+def playground_url(api_url: str, key: str) -> str:
+    """The page's address with its key, as the playground prints and opens it."""
+    return f"{api_url}/?{KEY_PARAMETER}={key}"
+
+
+class _Guard:
+    """Wraps a route's handler so that it answers only a request carrying the key."""
+
+    def __init__(self, key: str, stub: TelegramStub) -> None:
+        self._key = key.encode()
+        self._stub = stub
+
+    def __call__(self, handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            cookie = f"skald_playground_{self._stub.port}"  # cookies do not tell ports apart
+            if self._matches(request.cookies.get(cookie)) or self._matches(
+                    request.headers.get(KEY_HEADER)):
+                return await handler(request)
+            if not self._matches(request.query_params.get(KEY_PARAMETER)):
+                log.info("refused %s %s: no playground key", request.method, request.url.path)
+                return _refused(request)
+            response = await handler(request)
+            response.set_cookie(cookie, self._key.decode(), httponly=True, samesite="strict",
+                                path="/")
+            return response
+        return guarded
+
+    def _matches(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(errors="replace"),
+                                                         self._key)
+
+
+def _refused(request: Request) -> Response:
+    if request.url.path.startswith("/playground/"):
+        return JSONResponse(ApiError(403, REFUSED).payload(), status_code=403)
+    return Response(f"{REFUSED}\n", status_code=403, media_type="text/plain")
 
 
 class _Page:
@@ -56,6 +115,12 @@ class _Page:
 
     async def index(self, request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC_FILES:
+            return Response("Not Found\n", status_code=404, media_type="text/plain")
+        return FileResponse(STATIC / name)
 
     async def events(self, request: Request) -> Response:
         return StreamingResponse(
@@ -122,14 +187,17 @@ class _Page:
         return JSONResponse({"ok": True, "result": result})
 
     async def bot(self, request: Request) -> Response:
-        """Where a local tool posts as the playground's bot (``render --playground``): the
-        Bot API root with the playground's own throwaway token, and the chats to post in."""
+        """The chats a local tool posting as the playground's bot (``render --playground``)
+        posts in."""
         chats = self.stub.world_json()["chats"]
         return JSONResponse({
-            "api_root": f"{self.stub.api_url}/bot{self.stub.token}",
             "private": next((c["id"] for c in chats if c["type"] == "private"), None),
             "group": next((c["id"] for c in chats if c["type"] != "private"), None),
         }, headers={"Cache-Control": "no-store"})
+
+    async def bot_call(self, request: Request) -> Response:
+        """A Bot API method called as the playground's bot, without its token."""
+        return await self.stub.answer_as_bot(request.path_params["method"], request)
 
     async def file(self, request: Request) -> Response:
         document = self.stub.document(request.path_params["file_id"])

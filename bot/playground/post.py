@@ -2,13 +2,17 @@
 
 The cards go through the stand-in's Bot API exactly as the bot sends them (HTML parse mode,
 the attachment as a document), so a card that Telegram would refuse is refused here with
-Telegram's own error text, before it reaches production.
+Telegram's own error text, before it reaches production. The playground's key comes from
+``$SKALD_PLAYGROUND_KEY`` or the address (``?key=…``), as the playground prints them; the
+bot's token is never needed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import urllib.parse
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +21,7 @@ from typing import Any, Final
 import httpx
 
 from bot.errors import BotApiError, RenderError
+from bot.playground.page import KEY_HEADER, KEY_PARAMETER, KEY_VARIABLE
 from bot.preview import load_items
 from bot.protocol.payloads import InboxUpdate
 from bot.render import RenderedCard, Renderer
@@ -31,11 +36,11 @@ def post_command(args: argparse.Namespace) -> int:
     update = load_items(Path(args.file))
     renderer = Renderer(Path(args.templates) if args.templates else None)
     group = args.chat_type == "group"
-    base = str(args.playground).rstrip("/")
-    with httpx.Client(timeout=TIMEOUT_S) as client:
+    base, key = _base_and_key(str(args.playground))
+    with httpx.Client(timeout=TIMEOUT_S, headers={KEY_HEADER: key}) as client:
         target = _get(client, f"{base}/playground/bot")
         chat_id = target["group" if group else "private"]
-        root = str(target["api_root"])
+        root = f"{base}/playground/bot"
         refused = 0
         for title, card in _cards(update, renderer, "masked" if group else "spoiler"):
             error = _send(client, root, chat_id, card)
@@ -46,6 +51,19 @@ def post_command(args: argparse.Namespace) -> int:
                 print(f"✗ {title}: {error}")
     print(f"Open {base}/ to see them.")
     return 1 if refused else 0
+
+
+def _base_and_key(url: str) -> tuple[str, str]:
+    """The playground's root and its key: from the address it printed, else from
+    ``$SKALD_PLAYGROUND_KEY`` (which, unlike a command line, other users cannot read)."""
+    parts = urllib.parse.urlsplit(url)
+    base = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
+    keys = urllib.parse.parse_qs(parts.query).get(KEY_PARAMETER)
+    key = keys[0] if keys else os.environ.get(KEY_VARIABLE, "").strip()
+    if not key:
+        raise RenderError(f"--playground: no key for {base}/: set {KEY_VARIABLE} as "
+                          "skald-telegram demo printed it (or pass its whole address)")
+    return base, key
 
 
 def _cards(update: InboxUpdate, renderer: Renderer,
@@ -88,7 +106,10 @@ def _get(client: httpx.Client, url: str) -> dict[str, Any]:
         raise RenderError(
             f"no playground answers at {url}: start one with skald-telegram demo ({exc})"
         ) from exc
-    if not isinstance(body, dict) or "api_root" not in body:
+    if response.status_code == 403:
+        raise RenderError(f"the playground at {url} refused its key: pass the address it "
+                          "printed this run")
+    if not isinstance(body, dict) or "private" not in body:
         raise RenderError(f"{url} is not a skald-telegram playground")
     return body
 

@@ -4,6 +4,10 @@ Everything runs in one process and listens on 127.0.0.1 only: the local Bot API 
 with its web page, the built-in relay, the demo agent and the real bot. The demo agent is
 paired at once with your private chat and with a group, "Ops team", whose approvals need
 two of its approvers; the page shows both chats and lets you act as any of their members.
+
+The page answers only its own key (:mod:`bot.playground.page`), a fresh secret each run: the
+address that carries it is printed, and opened in the browser through a file in the state
+folder, since a command line (the browser's) is visible to every user of the machine.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import secrets
 import sys
 import tempfile
@@ -26,7 +31,7 @@ from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
 from bot.playground import DEFAULT_PORT
-from bot.playground.page import page_routes
+from bot.playground.page import KEY_VARIABLE, page_routes, playground_url
 from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
 from bot.relay.server import RelayServer
@@ -83,7 +88,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
             state = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="skald-play-")))
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         token = f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}"
-        stub = _stand_in(token, options.port)
+        key = secrets.token_urlsafe(24)
+        stub = _stand_in(token, key, options.port)
         try:
             async with stub, RelayServer(state / "relay", host=LOOPBACK) as relay:
                 identity = load_or_create_identity(state / "demo-agent.json", AGENT_NAME)
@@ -99,12 +105,15 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                             if not await pair_chat(running, agent, chat_id, ADA, renderer):
                                 raise PlaygroundError("the demo agent did not pair in time")
                             say(f"🔗 Paired the demo agent with {place}.")
-                        url = f"{stub.api_url}/"
-                        say(f"👉 Open {url}  (Bot API: {stub.api_url}/bot<token>/<method>)")
-                        say(f"   Try a payload: skald-telegram render FILE.json --playground {url}")
+                        url = playground_url(stub.api_url, key)
+                        say(f"👉 Open {url}  (the key in it is the page's password)")
+                        say(f"   Try a payload: {KEY_VARIABLE}={key} skald-telegram render "
+                            f"FILE.json --playground {stub.api_url}/")
                         say("   Ctrl-C stops the playground.")
                         if options.open_browser:
-                            webbrowser.open(url)
+                            opener = _opener(state, url)
+                            cleanup.callback(opener.unlink, missing_ok=True)
+                            webbrowser.open(opener.as_uri())
                         demo.submit(datetime.now(UTC), where="the page")
                         await demo.report(stop)
                         say("Stopping the playground…")
@@ -118,7 +127,17 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
     return 0
 
 
-def _stand_in(token: str, port: int) -> TelegramStub:
+def _opener(state: Path, url: str) -> Path:
+    """A page in the state folder (0600) that sends the browser on to ``url``."""
+    path = state / "open-playground.html"
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as page:
+        page.write(f'<!doctype html><meta http-equiv="refresh" content="0; url={url}">\n')
+    return path
+
+
+def _stand_in(token: str, key: str, port: int) -> TelegramStub:
     stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME,
                         rate_limits=True)
     for person in (ADA, BOB, CAROL, DAVE):
@@ -129,7 +148,7 @@ def _stand_in(token: str, port: int) -> TelegramStub:
     stub.add_group(OPS_TEAM, OPS_TITLE, admins=[YOU], members=members)
     roles = {**dict.fromkeys(OPS_APPROVERS, "approver"), **dict.fromkeys(OPS_OBSERVERS,
                                                                          "observer")}
-    stub.add_routes(page_routes(stub, roles={OPS_TEAM: roles}))
+    stub.add_routes(page_routes(stub, key=key, roles={OPS_TEAM: roles}))
     return stub
 
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import email.parser
 import email.policy
+import hmac
 import html
 import json
 import logging
@@ -595,16 +596,26 @@ class TelegramStub:
 
     async def _answer(self, request: Request) -> Response:
         path = request.url.path
-        prefix = f"/bot{self.token}/"
         travel = self.round_trip / 2
         if travel:
             await asyncio.sleep(travel)  # still on its way here
+        response: Response
+        if not path.startswith("/bot"):
+            response = JSONResponse(ApiError(404, "Not Found").payload(), status_code=404)
+        else:
+            token, _, method = path.removeprefix("/bot").partition("/")
+            if hmac.compare_digest(token.encode(errors="replace"), self.token.encode()):
+                response = await self.answer_as_bot(method, request)
+            else:
+                response = JSONResponse(ApiError(401, "Unauthorized").payload(), status_code=401)
+        if travel:
+            await asyncio.sleep(travel)
+        return response
+
+    async def answer_as_bot(self, method: str, request: Request) -> Response:
+        """Answer ``request`` as the Bot API ``method`` called with the bot's token (the
+        playground's page forwards a local tool's calls here, so that it needs no token)."""
         try:
-            if not path.startswith("/bot"):
-                raise ApiError(404, "Not Found")
-            if not path.startswith(prefix):
-                raise ApiError(401, "Unauthorized")
-            method = path[len(prefix) :]
             body = await request.body()
             params = _request_params(request.headers.get("content-type", ""), body,
                                      request.url.query)
@@ -615,8 +626,6 @@ class TelegramStub:
             payload, status = error.payload(), error.error_code
         finally:
             self._changed.fire()
-        if travel:
-            await asyncio.sleep(travel)
         return JSONResponse(payload, status_code=status)
 
     async def _call(self, method: str, params: dict[str, Any]) -> Any:

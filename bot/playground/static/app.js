@@ -395,6 +395,8 @@ function connect() {
 }
 
 function wire() {
+  // The key came in the address once and is kept in a cookie since: keep it off the screen.
+  if (new URLSearchParams(location.search).has("key")) history.replaceState(null, "", "/");
   $("who").addEventListener("change", () => { state.me = Number($("who").value); renderWorld(); });
   $("composer").addEventListener("submit", async (event) => {
     event.preventDefault();
