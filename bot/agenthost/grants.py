@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from bot.agenthost.items import iso_ms
 from bot.protocol.payloads import MAX_GRANT_KEY_CHARS, MAX_GRANT_TEXT_CHARS, GrantRequest
+from bot.render.hidden import holds_hidden
 
 OFFER_MAX_MINUTES: Final = 120
 """The longest grant the host offers with an approval."""
@@ -76,11 +77,16 @@ class Offer:
 
 def offer_for(key: str | None, label: str | None, blocks: Iterable[Mapping[str, Any]]) -> \
         Offer | None:
-    """The offer an approval carries: none without a key, or when a block is a secret
-    (a grant must never cover a call that holds a credential)."""
+    """The offer an approval carries: none without a key, when a block is a secret (a
+    grant must never cover a call that holds a credential), or when the key, the label
+    or a block holds an invisible or direction-changing character (the card cannot show
+    such a call as it runs)."""
     if not key:
         return None
+    blocks = list(blocks)
     if any(block.get("value_type") == "secret" for block in blocks):
+        return None
+    if holds_hidden((key, label, blocks)):
         return None
     return Offer(key[:MAX_KEY_CHARS], (label or key)[:MAX_LABEL_CHARS])
 

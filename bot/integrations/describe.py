@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bot.agenthost.describe import describe_arguments, is_credential_key
+from bot.render.hidden import one_line
 
 Block = dict[str, Any]
 FileReader = Callable[[str], "str | None"]
@@ -156,8 +157,8 @@ def _shell(call: ToolCall) -> Description:
     cwd = _string(call.arguments, "dir_path") or _string(call.arguments, "workdir") or call.cwd
     if cwd:
         blocks.append(_kv("Directory", cwd, "path"))
-    first = command.strip().splitlines()[0] if command.strip() else command
-    return Description(_summary(call, f"run: {first}"), blocks)
+    # The first line alone would read as the whole command: say how many lines follow.
+    return Description(_summary(call, f"run: {one_line(command, SUMMARY_CHARS // 2)}"), blocks)
 
 
 def _write(call: ToolCall, read: FileReader) -> Description:

@@ -6,8 +6,9 @@ command (``git status -s`` offers "`git status` in this session", which then cov
 ``ls`` or ``pytest``, edits in one directory in one session, one tool of one MCP server.
 A command that chains, pipes, redirects or substitutes, runs under another program
 (``sudo``, ``env``, a shell), destroys (``rm``, ``dd``, ``kill``, …) or starts with a
-variable assignment gets no grant at all; neither does a call without a session. The
-host refuses a grant for arguments that hold a secret.
+variable assignment gets no grant at all; neither does a call without a session or one
+holding an invisible or direction-changing character. The host refuses a grant for
+arguments that hold a secret.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from bot.integrations.describe import ToolCall, call_target
+from bot.render.hidden import holds_hidden
 
 MAX_KEY_CHARS: Final = 200
 MAX_LABEL_CHARS: Final = 200
@@ -55,7 +57,8 @@ class Scope:
 
 def hook_scope(call: ToolCall, session: str | None) -> Scope | None:
     """The grant a coding agent's call may offer or be covered by, or None."""
-    if not session:
+    if not session or holds_hidden((call.tool, call.mcp_server, call.mcp_tool, call.cwd,
+                                    call.arguments)):
         return None
     where = f"{call.agent}|{session}"
     if call.mcp_server is not None and call.mcp_tool is not None:
