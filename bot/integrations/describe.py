@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bot.agenthost.describe import describe_arguments, is_credential_key
+from bot.agenthost.describe import describe_arguments
+from bot.render.credentials import is_credential_key
 from bot.render.hidden import one_line
 
 Block = dict[str, Any]

@@ -39,6 +39,7 @@ from bot.render.values import (
     arguments_view,
     block_view,
     for_attachment,
+    hide_credentials,
     options_view,
     question_view,
     secret_values,
@@ -177,10 +178,15 @@ class Renderer:
         """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
         spoiler in its own block) or ``"masked"`` (never shown); times in the IANA time
         zone ``zone`` (UTC by default)."""
-        mask = masker(secret_values(approval.blocks))
+        secret_texts = secret_values(approval.blocks)
+        arguments = None
+        if not approval.blocks and approval.arguments is not None:
+            arguments, credentials = hide_credentials(approval.arguments)
+            secret_texts += credentials
+        mask = masker(secret_texts)
         views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
-        if not views and approval.arguments is not None:
-            views = [arguments_view(approval.arguments, mask=mask)]
+        if arguments is not None:
+            views = [arguments_view(arguments, mask=mask)]
         title = _title_text(approval.summary, mask)
         context = self._header_context(agent_name, approval.expires_at, now, status, mask,
                                        zone)

@@ -19,6 +19,7 @@ from typing import Literal
 
 from bot.protocol.payloads import JSON, Block
 from bot.render import hidden
+from bot.render.credentials import is_credential_key
 from bot.render.markdown import http_link, markdown_reveals, markdown_to_text
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
@@ -38,6 +39,9 @@ _KINDS = frozenset(
 MONOSPACE_KINDS = frozenset({"code", "diff", "json", "command", "path"})
 """Value kinds shown in ``<pre>`` or ``<code>``: hidden characters are spelled out in them
 (``⟦U+2067⟧``); elsewhere each run of them is one :data:`bot.render.hidden.MARK`."""
+_CREDENTIAL_PARTS = re.compile(r"[\s=:;,]+")
+MIN_CREDENTIAL_PART = 8
+"""A part of a credential's value this long is masked on its own too."""
 _SHEBANG_PROGRAM = re.compile(r"([A-Za-z][A-Za-z0-9_+-]{0,31}?)[0-9.]*")
 _TRUE_WORDS = frozenset(("true", "yes", "on", "1"))
 _FALSE_WORDS = frozenset(("false", "no", "off", "0"))
@@ -99,6 +103,36 @@ def secret_values(blocks: Iterable[Block]) -> list[str]:
             if isinstance(block.value, dict | list):
                 values.extend(_leaves(block.value))
     return values
+
+
+def hide_credentials(value: JSON) -> tuple[JSON, list[str]]:
+    """``value`` with whatever sits under a credential-named key (at any depth) replaced
+    by :data:`MASK`, and the text of everything replaced (each leaf of an object or list
+    and each long enough part of a value on its own), for the masker: raw arguments
+    shown without blocks hide these in every chat, as the blocks ``ask`` makes would."""
+    hidden_texts: list[str] = []
+
+    def shown(item: JSON) -> JSON:
+        if isinstance(item, dict):
+            copy: dict[str, JSON] = {}
+            for key, inner in item.items():
+                if is_credential_key(key) and inner not in (None, ""):
+                    texts = [plain_text(inner)]
+                    texts += _leaves(inner) if isinstance(inner, dict | list) else ()
+                    hidden_texts.extend(texts)
+                    # "Bearer <token>", "sid=<token>": the token may show on its own.
+                    hidden_texts.extend(part for text in texts for part in
+                                        _CREDENTIAL_PARTS.split(text)
+                                        if len(part) >= MIN_CREDENTIAL_PART)
+                    copy[key] = MASK
+                else:
+                    copy[key] = shown(inner)
+            return copy
+        if isinstance(item, list):
+            return [shown(inner) for inner in item]
+        return item
+
+    return shown(value), hidden_texts
 
 
 def _leaves(value: JSON) -> list[str]:
