@@ -4,8 +4,9 @@ Templates are looked up in an operator's folder first (when given), then in the 
 ``templates/`` folder, so an operator overrides a single file by dropping a file with the
 same name into their folder. HTML templates (``*.html.j2``) are autoescaped for Telegram's
 HTML parse mode: only ``&``, ``<``, ``>`` and ``"`` are escaped, and invisible or
-direction-changing characters are marked (see :mod:`bot.render.hidden`), so no value
-can reorder or hide the text around it whatever the template; plain-text templates
+direction-changing characters are marked (see :mod:`bot.render.hidden`) and host names
+that could pass for others shown as ``xn--`` (:mod:`bot.render.hosts`), so no value can
+reorder or hide the text around it whatever the template; plain-text templates
 (``*.txt.j2``) are not escaped at all. ``truncate`` puts a value on one line first and
 keeps its "(+N more lines)".
 """
@@ -24,6 +25,7 @@ from markupsafe import Markup
 
 from bot.errors import RenderError
 from bot.render import hidden
+from bot.render.hosts import honest_hosts
 from bot.render.markdown import escape, markdown_to_html
 from bot.render.masking import NO_SECRETS, Masker
 
@@ -83,13 +85,13 @@ def _autoescape(name: str | None) -> bool:
 @jinja2.pass_eval_context
 def _finalize(context: EvalContext, value: object) -> object:
     """Escape every interpolated value ourselves (Jinja's default turns ``'`` into
-    ``&#39;``) and mark its hidden characters; values that are already markup pass
-    through (what this package renders has them marked already)."""
+    ``&#39;``), mark its hidden characters and show deceptive host names as ``xn--``;
+    values that are already markup pass through (this package renders them so)."""
     if value is None:
         return ""
     if not context.autoescape or hasattr(value, "__html__"):
         return value
-    return Markup(escape(hidden.strip(str(value))))
+    return Markup(escape(hidden.strip(honest_hosts(str(value))[0])))
 
 
 def truncate_line(text: object, length: int = 255, killwords: bool = False, end: str = "…",

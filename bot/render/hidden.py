@@ -29,8 +29,7 @@ from typing import Final
 MARK: Final = "⟦?⟧"
 """What a run of hidden characters becomes in prose."""
 
-_HIDDEN: Final = re.compile(
-    "["
+HIDDEN_CHARS: Final = (
     "\x80-\x9f"  # C1 controls
     "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
     "\u115f\u1160\u17b4\u17b5\u180b-\u180f"
@@ -38,10 +37,11 @@ _HIDDEN: Final = re.compile(
     "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb"
     "\U000110bd\U000110cd\U00013430-\U0001345f\U0001bca0-\U0001bca3"
     "\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
-    "]"
 )
-"""Every character that may be hidden: categories Cf, Zl and Zp, the C1 controls and the
-default-ignorable code points (tests check it against :mod:`unicodedata`)."""
+"""Every character that may be hidden, as the inside of a regex character class:
+categories Cf, Zl and Zp, the C1 controls and the default-ignorable code points (tests
+check it against :mod:`unicodedata`)."""
+_HIDDEN: Final = re.compile("[" + HIDDEN_CHARS + "]")
 _CONTROLS: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)")
 """Control characters besides tab, line feed and CRLF: a card shows them as U+FFFD or a
 line break, which does not say what they are."""
@@ -167,7 +167,8 @@ def _drawn(text: str, index: int) -> bool:
 
 
 def _emoji(char: str) -> bool:
-    return char != "" and unicodedata.category(char) in ("So", "Sm")
+    """An emoji or another symbol drawn as a picture (never ASCII: ``<`` is a symbol)."""
+    return char > "\x7f" and unicodedata.category(char) in ("So", "Sm")
 
 
 def _conjunct(before: str, after: str) -> bool:

@@ -24,6 +24,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from bot.render import hidden
+from bot.render.hosts import honest_hosts
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})
@@ -140,7 +141,8 @@ def _token_text(token: Token) -> str:
         return "\n"
     if token.type == "image":
         return "".join(_token_text(child) for child in token.children or ())
-    return hidden.strip(clean(token.content))
+    # An autolink's text is its target with the host decoded from xn--: encode it again.
+    return hidden.strip(honest_hosts(clean(token.content))[0])
 
 
 def _masked_texts(texts: list[str], mask: Masker) -> tuple[list[str], bool]:

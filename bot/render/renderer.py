@@ -32,6 +32,7 @@ from bot.render.fit import (
     fit_views,
     measure,
 )
+from bot.render.hosts import honest_hosts
 from bot.render.masking import NO_SECRETS, Masker, clean, masker
 from bot.render.values import (
     BlockView,
@@ -163,7 +164,7 @@ class Renderer:
             text = item.summary
         else:
             mask, text = NO_SECRETS, item.question
-        return hidden.one_line(hidden.strip(_title_text(text, mask)))
+        return hidden.one_line(hidden.strip(honest_hosts(_title_text(text, mask))[0]))
 
     def approval_card(
         self,
@@ -187,13 +188,14 @@ class Renderer:
         views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
         if arguments is not None:
             views = [arguments_view(arguments, mask=mask)]
-        title = _title_text(approval.summary, mask)
+        title, title_punycode = honest_hosts(_title_text(approval.summary, mask))
         context = self._header_context(agent_name, approval.expires_at, now, status, mask,
                                        zone)
-        tool = hidden.one_line(mask(clean(approval.tool)))
+        tool, tool_punycode = honest_hosts(hidden.one_line(mask(clean(approval.tool))))
         context["tool"] = _capped(hidden.reveal(tool), _NAME_ROOM)
         context["hidden"] = (context["hidden"] or hidden.has_hidden(title)
                              or hidden.has_hidden(tool))
+        context["punycode"] = context["punycode"] or title_punycode or tool_punycode
         # A secret can sit in the tool name or the item id too: the file name, like
         # everything else a chat sees, is built from masked text.
         stem = _filename_part(mask(clean(approval.tool))) + "-" + _filename_part(
@@ -272,6 +274,7 @@ class Renderer:
             title_cut = bool(more) or context["summary"] != line
             title = hidden.strip(title).strip()
         context["hidden"] = context.get("hidden") or any(view.hidden for view in views)
+        context["punycode"] = context.get("punycode") or any(view.punycode for view in views)
 
         def render_card(shown: Sequence[BlockView], omitted: int, attachment: bool) -> str:
             return self._render(
@@ -318,10 +321,11 @@ class Renderer:
         zone: str | None,
     ) -> dict[str, object]:
         shown_status = _shown_status(status, mask, zone) if status is not None else None
-        name = hidden.one_line(mask(clean(agent_name)))
+        name, punycode = honest_hosts(hidden.one_line(mask(clean(agent_name))))
         return {
             "agent_name": _capped(hidden.strip(name), _NAME_ROOM),
             "hidden": hidden.has_hidden(name),
+            "punycode": punycode,
             "expiry": _expiry(expires_at, now, zone),
             "status": shown_status,
             "taps_total": len(status.approvals) if status is not None else 0,

@@ -4,7 +4,8 @@ shows, plus what the template needs to pick a widget (kind, language, link, pars
 Everything that reaches a template passes through here first: lone surrogates and control
 characters are replaced, every secret is masked wherever it occurs, and invisible or
 direction-changing characters are shown (monospace) or marked (prose); a view that had any
-says so in ``hidden``.
+says so in ``hidden``. A host name that could pass for another is shown in its ``xn--``
+form, and ``punycode`` says so.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Literal
 from bot.protocol.payloads import JSON, Block
 from bot.render import hidden
 from bot.render.credentials import is_credential_key
+from bot.render.hosts import honest_hosts
 from bot.render.markdown import http_link, markdown_reveals, markdown_to_text
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
@@ -58,7 +60,9 @@ class BlockView:
     ``more_chars`` say how much was cut; ``lost_chars`` how much was cut before arrival.
     ``mask`` hides the approval's secrets in what Markdown decodes from ``text``.
     ``hidden`` says whether the label or value held invisible or direction-changing
-    characters (``text`` and ``label`` show them; see :mod:`bot.render.hidden`).
+    characters (``text`` and ``label`` show them; see :mod:`bot.render.hidden`);
+    ``punycode`` whether a host name in them is shown in its ``xn--`` form
+    (:mod:`bot.render.hosts`).
     """
 
     layout: str
@@ -76,6 +80,7 @@ class BlockView:
     more_chars: int = 0
     lost_chars: int = 0
     hidden: bool = False
+    punycode: bool = False
     mask: Masker = field(default=NO_SECRETS, compare=False, repr=False)
 
     @property
@@ -191,7 +196,7 @@ def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView
         return _json_view(layout, raw_label, block, mask)
     text = mask(clean(plain_text(block.value)))
     if value_type == "url":
-        return _view(layout, "url", raw_label, text, block, link=http_link(text))
+        return _view(layout, "url", raw_label, text, block, link=True)
     if value_type == "boolean":
         return _view(layout, "boolean", raw_label, text, block, flag=_boolean(block.value))
     if value_type == "datetime":
@@ -211,24 +216,25 @@ def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView
 
 def arguments_view(arguments: JSON, *, mask: Masker) -> BlockView:
     """Raw arguments as pretty JSON: the fallback when an approval has no blocks."""
-    text = mask(clean(pretty_json(arguments)))
+    text, punycode = honest_hosts(mask(clean(pretty_json(arguments))))
     return BlockView("arguments", "json", "", _shown(hidden.reveal(text)), "json",
-                     hidden=hidden.has_hidden(text))
+                     hidden=hidden.has_hidden(text), punycode=punycode)
 
 
 def question_view(question: str, *, mask: Masker) -> BlockView:
-    text = mask(clean(question))
+    text, punycode = honest_hosts(mask(clean(question)))
     shown = _shown(hidden.strip(text))
     return BlockView("question", "text", "", shown, expandable=is_long(shown),
-                     hidden=hidden.has_hidden(text))
+                     hidden=hidden.has_hidden(text), punycode=punycode)
 
 
 def options_view(options: Iterable[str], *, mask: Masker) -> BlockView:
     """A question's options, one per line (an option's own line breaks become spaces)."""
-    texts = [mask(clean(option)) for option in options]
-    lines = [hidden.strip(text).replace("\n", " ").strip() for text in texts]
+    texts = [honest_hosts(mask(clean(option))) for option in options]
+    lines = [hidden.strip(text).replace("\n", " ").strip() for text, _ in texts]
     return BlockView("options", "options", "", "\n".join(lines),
-                     hidden=any(hidden.has_hidden(text) for text in texts))
+                     hidden=any(hidden.has_hidden(text) for text, _ in texts),
+                     punycode=any(punycode for _, punycode in texts))
 
 
 def for_attachment(view: BlockView) -> BlockView:
@@ -261,8 +267,11 @@ def _view(
     mask: Masker = NO_SECRETS,
 ) -> BlockView:
     """The view of a value; ``label`` and ``text`` masked but with their hidden characters
-    still in (this shows or marks them)."""
+    still in (this shows or marks them) and their host names as given. ``link``: link
+    the value if it is a web address Telegram accepts."""
     monospace = kind in MONOSPACE_KINDS
+    text, text_punycode = honest_hosts(text)
+    label, label_punycode = honest_hosts(label)
     found = hidden.has_hidden(label) or hidden.has_hidden(text) or (
         kind == "markdown" and hidden.has_hidden(html.unescape(text)))
     return BlockView(
@@ -271,13 +280,14 @@ def _view(
         hidden.strip(label).strip(),
         _shown(hidden.reveal(text) if monospace else hidden.strip(text)),
         language=language,
-        link=link,
+        link=link and http_link(text),
         when=when,
         date_only=date_only,
         flag=flag,
         expandable=expandable,
         lost_chars=block.truncated_chars,
         hidden=found,
+        punycode=text_punycode or label_punycode,
         mask=mask,
     )
 
