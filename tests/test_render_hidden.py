@@ -8,19 +8,26 @@ from __future__ import annotations
 import sys
 import unicodedata
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tdlib_oracle import telegram_parse
+from test_grants_agenthost import KEY, LABEL, RELAY, Phone
+from test_grants_agenthost import Clock as GrantClock
 from test_render import assert_golden
 
 from bot.agenthost.grants import offer_for
+from bot.agenthost.service import AgentHost
+from bot.agenthost.store import AgentStore
 from bot.core.model import CardRow, ItemRow
 from bot.integrations.describe import ToolCall, describe
 from bot.integrations.grants import hook_scope
 from bot.playground.tg_html import parse_html, problems
-from bot.protocol.payloads import Approval, Block, Clarification
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import Approval, Block, Clarification, GrantRequest
 from bot.render import CardStatus, GrantGiven, RenderedCard, Renderer, SecretsMode, Tap
 from bot.render.hidden import (
     BREAKS,
@@ -277,6 +284,8 @@ def test_buttons_mark_option_and_grant_labels() -> None:
     assert labels == ["yes" + MARK, "no"]
     (row,) = revoke_keyboard([("t", "`git status`" + char)])
     assert row[0].label == "⛔ Revoke git status" + MARK
+    (row,) = revoke_keyboard([("t", "fetch аpple.com")])
+    assert row[0].label == "⛔ Revoke fetch xn--pple-43d.com"
 
 
 # --- no grant covers such a call --------------------------------------------------------
@@ -386,3 +395,27 @@ def test_attack_card_matches_its_golden_file() -> None:
          Block("field", "Description", "Say\u200b done", "string")),
         None)
     assert_golden("apr_bidi_6.html", approval_card(item).html)
+
+
+async def test_host_neither_offers_nor_applies_a_grant_to_such_a_call(tmp_path: Path) -> None:
+    clock = GrantClock()
+    store = AgentStore(tmp_path / "agent")
+    device = Identity.generate("Telegram @bot")
+    store.add_device(device.card, "telegram", clock())
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
+    phone = Phone(host, device, clock)
+    try:
+        def submit(command_line: str) -> Any:
+            return host.submit_approval(
+                tool="Bash", summary="run", arguments={"command": command_line}, blocks=None,
+                timeout_s=600, grant_key=KEY, grant_label=LABEL)
+
+        first = submit("git status")
+        await phone.decide(first.item_id, grant=GrantRequest(KEY, 30))
+        assert [g.key for g in host.grants()] == [KEY]
+        assert submit("git status -s").state.value == "approved"
+        for attack in ("git status \u2067;rm -rf ~ #\u2069", "git status\u200b", "git\x85"):
+            asked = submit(attack)
+            assert asked.pending and "grant_offer" not in asked.wire
+    finally:
+        store.close()

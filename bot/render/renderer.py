@@ -120,6 +120,9 @@ class RenderedCard:
     html: str
     plain: str
     attach: Callable[[], Attachment] | None = field(default=None, repr=False, compare=False)
+    hidden: bool = False
+    """Whether the card warns of invisible or direction-changing characters: no grant may
+    be given on it (what a person saw is not all that would run)."""
     """Builds :attr:`attachment`: the file is only built when asked for (a card is drawn
     again on every change, its file sent once)."""
 
@@ -291,7 +294,7 @@ class Renderer:
             attach = functools.partial(self._attach, stem, title, attached,
                                        verbatim=not title_cut)
         return RenderedCard(html=fitted.html, plain=_plain_fallback(fitted.html),
-                            attach=attach)
+                            attach=attach, hidden=bool(context["hidden"]))
 
     def _minimal_card(self, views: Sequence[BlockView], render_card: RenderCard) -> Fitted:
         log.warning("card details do not fit; sending header and summary only")
