@@ -57,7 +57,8 @@ _VIRAMA = 9
 
 def has_hidden(text: str) -> bool:
     """Whether ``text`` holds a character :func:`reveal` and :func:`strip` would mark."""
-    return _HIDDEN.search(text) is not None and next(_hidden_runs(text), None) is not None
+    return not text.isascii() and _HIDDEN.search(text) is not None and \
+        next(_hidden_runs(text), None) is not None
 
 
 def reveal(text: str) -> str:
@@ -120,7 +121,7 @@ def one_line(text: str, chars: int | None = None) -> str:
 
 
 def _replaced(text: str, replacement: Callable[[str], str]) -> str:
-    if _HIDDEN.search(text) is None:
+    if text.isascii() or _HIDDEN.search(text) is None:  # no hidden character is ASCII
         return text
     parts: list[str] = []
     position = 0

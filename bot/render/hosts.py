@@ -28,15 +28,22 @@ script name that imitates a brand with letters not listed here is left in Unicod
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from typing import Final
 
 from bot.render.hidden import HIDDEN_CHARS
 
-_TOKEN: Final = re.compile(r"[^\s/\\:?#@\[\]<>\"'`(){},;!|*&=+%$^~⟦⟧" + HIDDEN_CHARS + "]+")
-"""A stretch of text that may be a host name (it is checked further); hidden characters
-and their marks end it, to be shown by :mod:`bot.render.hidden`."""
+LABELS_KEPT: Final = 4096
+"""Labels whose verdict is remembered: a log repeats the same few host names."""
+_SEPARATORS: Final = r"\s/\\:?#@\[\]<>\"'`(){},;!|*&=+%$^~⟦⟧" + HIDDEN_CHARS
+_TOKEN: Final = re.compile(
+    "(?<![^" + _SEPARATORS + "])[^." + _SEPARATORS + "]*+(?:[.][^." + _SEPARATORS + "]*+)++")
+"""A stretch of text between separators holding a dot: it may be a host name (it is
+checked further). Hidden characters and their marks end it, to be shown by
+:mod:`bot.render.hidden`. Possessive, and starting only after a separator, so that a long
+text is read once."""
 _DEVIATIONS: Final = frozenset("ßς\u200c\u200d")
 _LATIN_IMITATORS: Final = re.compile(
     "[\u0131\u0138\u0237\u0250-\u02af\u1d00-\u1dbf\ua730-\ua7ff\uab30-\uab6f]")
@@ -74,7 +81,7 @@ _NOT_SCRIPTS: Final = frozenset({"MODIFIER", "SMALL", "COMBINING", "MATHEMATICAL
 def honest_hosts(text: str) -> tuple[str, bool]:
     """``text`` with the labels of every host name in it that could pass for another in
     their ``xn--`` form, and whether there was any."""
-    if text.isascii():
+    if text.isascii() or "." not in text:
         return text, False
     found = False
 
@@ -102,6 +109,7 @@ def honest_hosts(text: str) -> tuple[str, bool]:
     return result, found
 
 
+@functools.lru_cache(maxsize=LABELS_KEPT)
 def deceptive_label(label: str, ascii_tld: str | None) -> bool:
     """Whether one label of a host name could pass for another (see the module's
     docstring); ``ascii_tld`` is the host's top-level domain when it is ASCII."""

@@ -181,15 +181,15 @@ def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView
     """The view of one block. Unknown ``type`` or ``value_type``: a plain-text row.
     A ``secret`` is hidden whatever its layout."""
     raw_label = mask(clean(block.label))
-    label = hidden.strip(raw_label).strip()
     layout = _LAYOUTS.get(block.type)
     value_type = block.value_type
     if value_type == "secret":
         text = clean(plain_text(block.value))
         if secrets == "spoiler":
             return _view(layout or "row", "secret", raw_label, text, block)
-        return BlockView(layout or "row", "masked", label, "", secret_chars=len(text),
-                         hidden=hidden.has_hidden(raw_label))
+        label = hidden.strip(raw_label)
+        return BlockView(layout or "row", "masked", label.strip(), "", secret_chars=len(text),
+                         hidden=label != raw_label)
     if layout is None or value_type not in _KINDS:
         return _view("row", "string", raw_label, mask(clean(plain_text(block.value))), block)
     if value_type == "json":
@@ -272,13 +272,15 @@ def _view(
     monospace = kind in MONOSPACE_KINDS
     text, text_punycode = honest_hosts(text)
     label, label_punycode = honest_hosts(label)
-    found = hidden.has_hidden(label) or hidden.has_hidden(text) or (
-        kind == "markdown" and hidden.has_hidden(html.unescape(text)))
+    shown_label = hidden.strip(label)
+    shown_text = hidden.reveal(text) if monospace else hidden.strip(text)
+    found = shown_label != label or shown_text != text or (
+        kind == "markdown" and "&" in text and hidden.has_hidden(html.unescape(text)))
     return BlockView(
         layout,
         kind,
-        hidden.strip(label).strip(),
-        _shown(hidden.reveal(text) if monospace else hidden.strip(text)),
+        shown_label.strip(),
+        _shown(shown_text),
         language=language,
         link=link and http_link(text),
         when=when,
