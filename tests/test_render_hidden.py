@@ -419,3 +419,19 @@ async def test_host_neither_offers_nor_applies_a_grant_to_such_a_call(tmp_path: 
             assert asked.pending and "grant_offer" not in asked.wire
     finally:
         store.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(summaries=st.lists(hidden_texts, min_size=1, max_size=4), name=hidden_texts)
+def test_no_hidden_character_reaches_a_message(summaries: list[str], name: str) -> None:
+    lines = [{"summary": s, "tool": "Bash", "by": name, "agent": name} for s in summaries]
+    grants = [{"id": "gr_1", "status": "active", "label": name, "by": name, "agent": name,
+               "until": None, "minutes_left": 3, "uses": 1, "revoke_by": None}]
+    for html in (
+        RENDERER.message("activity", lines=lines, earlier=0, grants=grants, agents=[name, "b"]),
+        RENDERER.message("grants", grants=grants),
+        RENDERER.message("pending", items=[{"summary": s, "agent": name, "link": None,
+                                            "expires_at": None} for s in summaries],
+                         total=len(summaries)),
+    ):
+        assert_nothing_hidden(shown_by_telegram(html))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tdlib_oracle import telegram_detect, telegram_parse
+from test_render import assert_golden
 
 from bot.protocol.payloads import Approval, Block, Clarification
 from bot.render import Renderer
@@ -160,3 +161,15 @@ def test_a_name_mixing_latin_and_cyrillic_never_shows_in_unicode(
     for link in links_in(html):
         link_host = urlsplit(link).hostname or ""
         assert link_host.isascii() or not deceptive_label(link_host.split(".")[0], None)
+
+
+def test_look_alike_card_matches_its_golden_file() -> None:
+    item = Approval(
+        "apr_idn_7", "fetch", "fetch https://аpple.com/login",
+        (Block("key_value", "URL", "https://аpple.com/login", "url"),
+         Block("key_value", "Mirror", "https://bücher.de/x", "url"),
+         Block("block", "Notes", "Sign in at [аpple.com](https://аpple.com) or <https://gооgle.com>",
+               "markdown")),
+        None)
+    rendered = RENDERER.approval_card(item, agent_name="build-bot", secrets="spoiler", now=NOW)
+    assert_golden("apr_idn_7.html", rendered.html)
