@@ -120,11 +120,11 @@ class RenderedCard:
     html: str
     plain: str
     attach: Callable[[], Attachment] | None = field(default=None, repr=False, compare=False)
+    """Builds :attr:`attachment`: the file is only built when asked for (a card is drawn
+    again on every change, its file sent once)."""
     hidden: bool = False
     """Whether the card warns of invisible or direction-changing characters: no grant may
     be given on it (what a person saw is not all that would run)."""
-    """Builds :attr:`attachment`: the file is only built when asked for (a card is drawn
-    again on every change, its file sent once)."""
 
     @functools.cached_property
     def attachment(self) -> Attachment | None:
