@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.agenthost import items as it
-from bot.agenthost.describe import default_summary, describe_arguments, is_credential_key
+from bot.agenthost.describe import default_summary, describe_arguments
 from bot.agenthost.pairing import Accept, PairingSecret, Reject, judge, reject_allowed
 from bot.protocol.encoding import args_sha256
 from bot.protocol.identity import Identity
 from bot.protocol.pairing import PairingUri, build_pair_request
 from bot.protocol.payloads import ApprovalDecision, Person, parse_approval
+from bot.render.credentials import is_credential_key
 from skald_telegram import AgentClient, HostUnavailable, Outcome, default_state_dir
 
 

@@ -333,7 +333,7 @@ def test_markdown_never_wraps_only_whitespace(source: str) -> None:
 
 
 def test_markdown_character_references_are_cleaned() -> None:
-    assert markdown_to_html("a&#x2028;b&#x202e;c&#0;d&#x1b;e") == "abc\ufffdd\ufffde"
+    assert markdown_to_html("a&#x2028;b&#x202e;c&#0;d&#x1b;e") == "a⟦?⟧b⟦?⟧c\ufffdd\ufffde"
     assert markdown_to_html("```\na&#x202e;b\n```") == "<pre>a&amp;#x202e;b</pre>"
 
 

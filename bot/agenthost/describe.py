@@ -9,14 +9,13 @@ it sits, also inside an object: the client then masks its value everywhere it ap
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from bot.render.credentials import credentials_in, strings_in
+from bot.render.credentials import credentials_in, is_credential_key, strings_in
 from bot.render.masking import MASK as MASKED
 
 LONG_LINE_CHARS: Final = 120
@@ -24,28 +23,11 @@ LONG_LINE_CHARS: Final = 120
 SUMMARY_VALUE_CHARS: Final = 60
 MASK: Final = "•••"
 
-_CREDENTIAL_WORDS: Final = frozenset({
-    "password", "passwords", "passwd", "passphrase", "pwd", "pass", "token", "tokens",
-    "secret", "secrets", "apikey",
-    "authorization", "authorisation", "auth", "credential", "credentials", "cookie",
-    "bearer", "otp", "pin", "privatekey", "accesskey", "sessionid", "sessionkey",
-    "clientsecret", "signingkey",
-})
-"""Words that name a credential, alone or joined with the next word (``api_key``)."""
-_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[a-zA-Z]{2,}")
 _PATH = re.compile(r"(~|\.{1,2})?/[^\s]*|[A-Za-z]:\\[^\s]*")
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?")
-
-
-def is_credential_key(key: str) -> bool:
-    """Whether an argument name names a credential: ``password``, ``GITHUB_TOKEN``,
-    ``apiKey``, ``X-Authorization``, ``private_key`` … (a word of it, or two joined)."""
-    words = [word.lower() for word in _WORDS.findall(key)]
-    pairs = (a + b for a, b in itertools.pairwise(words))
-    return any(word in _CREDENTIAL_WORDS for word in (*words, *pairs))
 
 
 def string_value_type(text: str) -> str:

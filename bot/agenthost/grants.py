@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 
 from bot.agenthost.items import iso_ms
 from bot.protocol.payloads import MAX_GRANT_KEY_CHARS, MAX_GRANT_TEXT_CHARS, GrantRequest
+from bot.render.hidden import holds_hidden
 
 OFFER_MAX_MINUTES: Final = 120
 """The longest grant the host offers with an approval."""
@@ -115,12 +116,18 @@ def scope_offer(kind: ScopeKind, key: str, label: str) -> Offer:
     return Offer(f"{kind}:{digest}", label[:MAX_LABEL_CHARS])
 
 
-def offer_for(offer: Offer | None, blocks: Iterable[Mapping[str, Any]]) -> Offer | None:
-    """The offer an approval carries: none without one, or when a block is a secret
-    (a grant must never cover a call that holds a credential)."""
+def offer_for(offer: Offer | None, blocks: Iterable[Mapping[str, Any]], shown: Any = ()) \
+        -> Offer | None:
+    """The offer an approval carries: none without one, when a block is a secret (a grant
+    must never cover a call that holds a credential), or when the offer, a block or what
+    else the card shows (``shown``: the summary, the arguments) holds an invisible or
+    direction-changing character (the card cannot show such a call as it runs)."""
     if offer is None:
         return None
+    blocks = list(blocks)
     if any(block.get("value_type") == "secret" for block in blocks):
+        return None
+    if holds_hidden((offer.key, offer.label, blocks, shown)):
         return None
     return offer
 

@@ -147,7 +147,7 @@ class AgentHost:
         blocks = describe_arguments(arguments) if blocks is None else blocks
         blocks = [*blocks, *credential_blocks(summary, blocks, arguments)]
         summary = mask_credentials(summary)  # activity lines and notifications show it bare
-        offer = gr.offer_for(grant, blocks)
+        offer = gr.offer_for(grant, blocks, (summary, arguments))
         self.lapse_if_off_relay()
         covering = gr.covering(self.store.grants_in_force(now), offer.key if offer else None, now)
         wire = it.approval_wire(

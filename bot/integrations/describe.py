@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bot.agenthost.describe import describe_arguments, is_credential_key
-from bot.render.credentials import credentials_in, mask_credentials
+from bot.agenthost.describe import describe_arguments
+from bot.render.credentials import credentials_in, is_credential_key, mask_credentials
+from bot.render.hidden import one_line
 
 Block = dict[str, Any]
 FileReader = Callable[[str], "str | None"]
@@ -138,8 +139,8 @@ def _shell(call: ToolCall) -> Description:
     cwd = command_dir(call)
     if cwd:
         blocks.append(_kv("Directory", cwd, "path"))
-    first = command.strip().splitlines()[0] if command.strip() else command
-    return Description(_summary(call, f"run: {first}"), blocks)
+    # The first line alone would read as the whole command: say how many lines follow.
+    return Description(_summary(call, f"run: {one_line(command, SUMMARY_CHARS // 2)}"), blocks)
 
 
 def _write(call: ToolCall, read: FileReader) -> Description:

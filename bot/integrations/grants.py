@@ -10,7 +10,9 @@ options and arguments; a program that runs other code by design (``pytest``, ``m
 ``npm test``) is granted only as the exact command approved. The program must be a bare
 name, and a grant covers it only while the name resolves to the same file. A command that
 holds a credential, or anything the table does not list, gets no grant at all; neither does
-a call without a session. The host refuses a grant for arguments that hold a secret.
+a call without a session. The host refuses
+a grant for arguments that hold a secret, and neither offers one for a call holding an
+invisible or direction-changing character.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Final
 from bot.integrations.commands import CommandTable, Locate, shell_words
 from bot.integrations.describe import ToolCall, call_target, command_dir
 from bot.render.credentials import credentials_in
+from bot.render.hidden import holds_hidden
 
 MAX_KEY_CHARS: Final = 200
 MAX_LABEL_CHARS: Final = 200
@@ -52,7 +55,8 @@ def hook_scope(call: ToolCall, session: str | None, programs: Programs | None = 
         -> Scope | None:
     """The grant a coding agent's call may offer or be covered by, or None (always for a
     shell command without ``programs``)."""
-    if not session:
+    if not session or holds_hidden((call.tool, call.mcp_server, call.mcp_tool, call.cwd,
+                                    call.arguments)):
         return None
     where = f"{call.agent}|{session}"
     if call.mcp_server is not None and call.mcp_tool is not None:

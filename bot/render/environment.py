@@ -3,8 +3,12 @@
 Templates are looked up in an operator's folder first (when given), then in the built-in
 ``templates/`` folder, so an operator overrides a single file by dropping a file with the
 same name into their folder. HTML templates (``*.html.j2``) are autoescaped for Telegram's
-HTML parse mode: only ``&``, ``<``, ``>`` and ``"`` are escaped; plain-text templates
-(``*.txt.j2``) are not escaped at all.
+HTML parse mode: only ``&``, ``<``, ``>`` and ``"`` are escaped, and invisible or
+direction-changing characters are marked (see :mod:`bot.render.hidden`) and host names
+that could pass for others shown as ``xn--`` (:mod:`bot.render.hosts`), so no value can
+reorder or hide the text around it whatever the template; plain-text templates
+(``*.txt.j2``) are not escaped at all. ``truncate`` puts a value on one line first and
+keeps its "(+N more lines)".
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from jinja2.nodes import EvalContext
 from markupsafe import Markup
 
 from bot.errors import RenderError
+from bot.render import hidden
+from bot.render.hosts import honest_hosts
 from bot.render.markdown import escape, markdown_to_html
 from bot.render.masking import NO_SECRETS, Masker
 
@@ -67,6 +73,7 @@ def build_environment(template_dir: Path | None = None) -> jinja2.Environment:
         offset=utc_offset,
         thousands=thousands,
         markdown=_markdown_filter,
+        truncate=truncate_line,
     )
     return env
 
@@ -78,12 +85,22 @@ def _autoescape(name: str | None) -> bool:
 @jinja2.pass_eval_context
 def _finalize(context: EvalContext, value: object) -> object:
     """Escape every interpolated value ourselves (Jinja's default turns ``'`` into
-    ``&#39;``); values that are already markup pass through."""
+    ``&#39;``), mark its hidden characters and show deceptive host names as ``xn--``;
+    values that are already markup pass through (this package renders them so)."""
     if value is None:
         return ""
     if not context.autoescape or hasattr(value, "__html__"):
         return value
-    return Markup(escape(str(value)))
+    return Markup(escape(hidden.strip(honest_hosts(str(value))[0])))
+
+
+def truncate_line(text: object, length: int = 255, killwords: bool = False, end: str = "…",
+                  leeway: int = 0) -> str:
+    """``{{ value|truncate(80) }}`` for the one-line values of lists and notes: the first
+    line of ``value``, with "(+N more lines)" when it has more, shortened to ``length``
+    characters with "…" (the note about more lines is never cut). ``killwords``,
+    ``end`` and ``leeway`` are accepted for Jinja's filter of the same name."""
+    return hidden.one_line(str(text), length)
 
 
 def as_utc(moment: datetime) -> datetime:

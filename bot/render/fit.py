@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from bot.render.masking import Masker
-from bot.render.values import BlockView
+from bot.render.values import MONOSPACE_KINDS, BlockView
 
 LIMIT_UNITS = 4000
 """Visible text, in UTF-16 code units (Telegram allows 4096 after trimming)."""
@@ -34,8 +34,6 @@ _TAG = re.compile(r"(<[^>]*>)")
 _TAG_NAME = re.compile(r"</?([a-z-]+)")
 _NO_AUTOLINKS = frozenset(("pre", "code", "a"))
 """Telegram finds no links inside these (a found link crossing them is dropped)."""
-_PLAIN_KINDS = frozenset(("code", "diff", "json", "command", "path"))
-"""Value kinds shown inside ``<pre>`` or ``<code>``, where no link is found."""
 _TRIMMED = " \n"
 # Everything Telegram may turn into an entity by itself, each counted on its own so
 # overlapping candidates are all counted (an over-estimate is the safe side). Each comes
@@ -257,7 +255,7 @@ def _cut_line(line: str, max_units: int, max_entities: int, kind: str) -> str:
 
 
 def _line_entities(line: str, kind: str) -> int:
-    if kind in _PLAIN_KINDS:
+    if kind in MONOSPACE_KINDS:  # inside <pre> or <code> no link is found
         return 0
     count = autolink_count(line)
     if kind == "markdown":

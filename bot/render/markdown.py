@@ -8,9 +8,9 @@ is always balanced: a tag is only written around content that is not just whites
 (Telegram drops such entities).
 
 Tokens carry decoded text (backslash escapes and character references resolved), so each
-token's text is cleaned and masked again here: ``sk\\_live`` or ``sk&#95;live`` must not
-bring back a secret, nor ``&#x202e;`` a character :func:`~bot.render.masking.clean`
-removed.
+token's text is cleaned, masked and its hidden characters marked again here:
+``sk\\_live`` or ``sk&#95;live`` must not bring back a secret, nor ``&#x2067;`` or
+``&rlm;`` a direction control (see :mod:`bot.render.hidden`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from urllib.parse import unquote, urlsplit
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from bot.render import hidden
+from bot.render.hosts import honest_hosts
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"})
@@ -139,7 +141,8 @@ def _token_text(token: Token) -> str:
         return "\n"
     if token.type == "image":
         return "".join(_token_text(child) for child in token.children or ())
-    return clean(token.content)
+    # An autolink's text is its target with the host decoded from xn--: encode it again.
+    return hidden.strip(honest_hosts(clean(token.content))[0])
 
 
 def _masked_texts(texts: list[str], mask: Masker) -> tuple[list[str], bool]:

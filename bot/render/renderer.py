@@ -21,6 +21,7 @@ import jinja2
 
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Clarification
+from bot.render import hidden
 from bot.render.environment import build_environment, in_zone
 from bot.render.fit import (
     LIMIT_BYTES,
@@ -31,6 +32,7 @@ from bot.render.fit import (
     fit_views,
     measure,
 )
+from bot.render.hosts import honest_hosts
 from bot.render.masking import NO_SECRETS, Masker, clean, masker
 from bot.render.values import (
     BlockView,
@@ -38,6 +40,7 @@ from bot.render.values import (
     arguments_view,
     block_view,
     for_attachment,
+    hide_credentials,
     options_view,
     question_view,
     secret_values,
@@ -126,6 +129,9 @@ class RenderedCard:
     attach: Callable[[], Attachment] | None = field(default=None, repr=False, compare=False)
     """Builds :attr:`attachment`: the file is only built when asked for (a card is drawn
     again on every change, its file sent once)."""
+    hidden: bool = False
+    """Whether the card warns of invisible or direction-changing characters: no grant may
+    be given on it (what a person saw is not all that would run)."""
 
     @functools.cached_property
     def attachment(self) -> Attachment | None:
@@ -160,14 +166,15 @@ class Renderer:
             raise RenderError(f"template macros.html.j2 is broken: {exc}") from exc
 
     def title(self, item: Approval | Clarification) -> str:
-        """An item's one-line title (summary or question) with every secret masked, for
-        lists such as /pending and /history."""
+        """An item's one-line title (summary or question) with every secret masked and
+        hidden characters marked, for lists such as /pending and /history; a title of
+        several lines ends with "(+N more lines)"."""
         if isinstance(item, Approval):
             mask = masker(secret_values(item.blocks))
             text = item.summary
         else:
             mask, text = NO_SECRETS, item.question
-        return " ".join(mask(clean(text)).split())
+        return hidden.one_line(hidden.strip(honest_hosts(_title_text(text, mask))[0]))
 
     def approval_card(
         self,
@@ -182,14 +189,23 @@ class Renderer:
         """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
         spoiler in its own block) or ``"masked"`` (never shown); times in the IANA time
         zone ``zone`` (UTC by default)."""
-        mask = masker(secret_values(approval.blocks))
+        secret_texts = secret_values(approval.blocks)
+        arguments = None
+        if not approval.blocks and approval.arguments is not None:
+            arguments, credentials = hide_credentials(approval.arguments)
+            secret_texts += credentials
+        mask = masker(secret_texts)
         views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
-        if not views and approval.arguments is not None:
-            views = [arguments_view(approval.arguments, mask=mask)]
-        title = mask(clean(approval.summary)).strip()
+        if arguments is not None:
+            views = [arguments_view(arguments, mask=mask)]
+        title, title_punycode = honest_hosts(_title_text(approval.summary, mask))
         context = self._header_context(agent_name, approval.expires_at, now, status, mask,
                                        zone)
-        context["tool"] = _capped(mask(clean(approval.tool)).strip(), _NAME_ROOM)
+        tool, tool_punycode = honest_hosts(hidden.one_line(mask(clean(approval.tool))))
+        context["tool"] = _capped(hidden.reveal(tool), _NAME_ROOM)
+        context["hidden"] = (context["hidden"] or hidden.has_hidden(title)
+                             or hidden.has_hidden(tool))
+        context["punycode"] = context["punycode"] or title_punycode or tool_punycode
         # A secret can sit in the tool name or the item id too: the file name, like
         # everything else a chat sees, is built from masked text.
         stem = _filename_part(mask(clean(approval.tool))) + "-" + _filename_part(
@@ -242,7 +258,8 @@ class Renderer:
         """
         if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
             raise RenderError(f"invalid message template name {name!r}")
-        text = clean(self._render(self._template("messages/" + name + ".txt.j2"), context))
+        text = hidden.strip(clean(self._render(self._template("messages/" + name + ".txt.j2"),
+                                               context)))
         if len(text) > ALERT_CHARS:
             text = text[: ALERT_CHARS - 1].rstrip() + "…"
         return text
@@ -257,10 +274,17 @@ class Renderer:
         context: dict[str, object],
         stem: str,
     ) -> RenderedCard:
+        """``title`` is the summary with its secrets masked but its hidden characters and
+        line breaks still in: the card shows its first line, the file all of it."""
         title_cut = False
         if title is not None:
-            context["summary"] = _capped(title, _TITLE_ROOM)
-            title_cut = context["summary"] != title
+            line, more = hidden.first_line(title)
+            line = " ".join(hidden.strip(line).split())
+            context["summary"] = _capped(line, _TITLE_ROOM) + hidden.more_lines(more)
+            title_cut = bool(more) or context["summary"] != line
+            title = hidden.strip(title).strip()
+        context["hidden"] = context.get("hidden") or any(view.hidden for view in views)
+        context["punycode"] = context.get("punycode") or any(view.punycode for view in views)
 
         def render_card(shown: Sequence[BlockView], omitted: int, attachment: bool) -> str:
             return self._render(
@@ -277,7 +301,7 @@ class Renderer:
             attach = functools.partial(self._attach, stem, title, attached,
                                        verbatim=not title_cut)
         return RenderedCard(html=fitted.html, plain=_plain_fallback(fitted.html),
-                            attach=attach)
+                            attach=attach, hidden=bool(context["hidden"]))
 
     def _minimal_card(self, views: Sequence[BlockView], render_card: RenderCard) -> Fitted:
         log.warning("card details do not fit; sending header and summary only")
@@ -307,8 +331,11 @@ class Renderer:
         zone: str | None,
     ) -> dict[str, object]:
         shown_status = _shown_status(status, mask, zone) if status is not None else None
+        name, punycode = honest_hosts(hidden.one_line(mask(clean(agent_name))))
         return {
-            "agent_name": _capped(mask(clean(agent_name)).strip(), _NAME_ROOM),
+            "agent_name": _capped(hidden.strip(name), _NAME_ROOM),
+            "hidden": hidden.has_hidden(name),
+            "punycode": punycode,
             "expiry": _expiry(expires_at, now, zone),
             "status": shown_status,
             "taps_total": len(status.approvals) if status is not None else 0,
@@ -350,7 +377,7 @@ def _capped(text: str, room: tuple[int, int]) -> str:
 
 def _shown_status(status: CardStatus, mask: Masker, zone: str | None) -> CardStatus:
     def shown(text: str | None, room: tuple[int, int] = _NAME_ROOM) -> str | None:
-        shown_text = mask(clean(text)).strip() if text else ""
+        shown_text = hidden.strip(mask(clean(text))).strip() if text else ""
         return _capped(shown_text, room) if shown_text else None
 
     taps = tuple(
@@ -372,6 +399,12 @@ def _shown_status(status: CardStatus, mask: Masker, zone: str | None) -> CardSta
         reported_by=shown(status.reported_by),
         approvals=taps,
     )
+
+
+def _title_text(text: str, mask: Masker) -> str:
+    """A summary or question for a title: line breaks of every kind as ``\n`` (so that
+    the title can say how many lines it leaves out), cleaned, secrets masked."""
+    return mask(clean(hidden.BREAKS.sub("\n", text))).strip()
 
 
 def _expiry(expires_at: datetime | None, now: datetime, zone: str | None) -> Expiry | None:

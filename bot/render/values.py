@@ -2,11 +2,15 @@
 shows, plus what the template needs to pick a widget (kind, language, link, parsed time).
 
 Everything that reaches a template passes through here first: lone surrogates and control
-characters are replaced, and every secret is masked wherever it occurs.
+characters are replaced, every secret is masked wherever it occurs, and invisible or
+direction-changing characters are shown (monospace) or marked (prose); a view that had any
+says so in ``hidden``. A host name that could pass for another is shown in its ``xn--``
+form, and ``punycode`` says so.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections.abc import Iterable
@@ -15,6 +19,9 @@ from datetime import date, datetime
 from typing import Literal
 
 from bot.protocol.payloads import JSON, Block
+from bot.render import hidden
+from bot.render.credentials import is_credential_key
+from bot.render.hosts import honest_hosts
 from bot.render.markdown import http_link, markdown_reveals, markdown_to_text
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
@@ -31,6 +38,12 @@ _KINDS = frozenset(
         "json", "number", "boolean", "datetime", "secret",
     }
 )  # fmt: skip
+MONOSPACE_KINDS = frozenset({"code", "diff", "json", "command", "path"})
+"""Value kinds shown in ``<pre>`` or ``<code>``: hidden characters are spelled out in them
+(``⟦U+2067⟧``); elsewhere each run of them is one :data:`bot.render.hidden.MARK`."""
+_CREDENTIAL_PARTS = re.compile(r"[\s=:;,]+")
+MIN_CREDENTIAL_PART = 8
+"""A part of a credential's value this long is masked on its own too."""
 _SHEBANG_PROGRAM = re.compile(r"([A-Za-z][A-Za-z0-9_+-]{0,31}?)[0-9.]*")
 _TRUE_WORDS = frozenset(("true", "yes", "on", "1"))
 _FALSE_WORDS = frozenset(("false", "no", "off", "0"))
@@ -46,6 +59,10 @@ class BlockView:
     ``text`` is what is shown (already masked) and what gets cut to fit; ``more_lines`` /
     ``more_chars`` say how much was cut; ``lost_chars`` how much was cut before arrival.
     ``mask`` hides the approval's secrets in what Markdown decodes from ``text``.
+    ``hidden`` says whether the label or value held invisible or direction-changing
+    characters (``text`` and ``label`` show them; see :mod:`bot.render.hidden`);
+    ``punycode`` whether a host name in them is shown in its ``xn--`` form
+    (:mod:`bot.render.hosts`).
     """
 
     layout: str
@@ -62,6 +79,8 @@ class BlockView:
     more_lines: int = 0
     more_chars: int = 0
     lost_chars: int = 0
+    hidden: bool = False
+    punycode: bool = False
     mask: Masker = field(default=NO_SECRETS, compare=False, repr=False)
 
     @property
@@ -89,6 +108,36 @@ def secret_values(blocks: Iterable[Block]) -> list[str]:
             if isinstance(block.value, dict | list):
                 values.extend(_leaves(block.value))
     return values
+
+
+def hide_credentials(value: JSON) -> tuple[JSON, list[str]]:
+    """``value`` with whatever sits under a credential-named key (at any depth) replaced
+    by :data:`MASK`, and the text of everything replaced (each leaf of an object or list
+    and each long enough part of a value on its own), for the masker: raw arguments
+    shown without blocks hide these in every chat, as the blocks ``ask`` makes would."""
+    hidden_texts: list[str] = []
+
+    def shown(item: JSON) -> JSON:
+        if isinstance(item, dict):
+            copy: dict[str, JSON] = {}
+            for key, inner in item.items():
+                if is_credential_key(key) and inner not in (None, ""):
+                    texts = [plain_text(inner)]
+                    texts += _leaves(inner) if isinstance(inner, dict | list) else ()
+                    hidden_texts.extend(texts)
+                    # "Bearer <token>", "sid=<token>": the token may show on its own.
+                    hidden_texts.extend(part for text in texts for part in
+                                        _CREDENTIAL_PARTS.split(text)
+                                        if len(part) >= MIN_CREDENTIAL_PART)
+                    copy[key] = MASK
+                else:
+                    copy[key] = shown(inner)
+            return copy
+        if isinstance(item, list):
+            return [shown(inner) for inner in item]
+        return item
+
+    return shown(value), hidden_texts
 
 
 def _leaves(value: JSON) -> list[str]:
@@ -131,51 +180,61 @@ def pretty_json(value: JSON) -> str:
 def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView:
     """The view of one block. Unknown ``type`` or ``value_type``: a plain-text row.
     A ``secret`` is hidden whatever its layout."""
-    label = mask(clean(block.label)).strip()
+    raw_label = mask(clean(block.label))
     layout = _LAYOUTS.get(block.type)
     value_type = block.value_type
     if value_type == "secret":
         text = clean(plain_text(block.value))
         if secrets == "spoiler":
-            return _view(layout or "row", "secret", label, text, block)
-        return BlockView(layout or "row", "masked", label, "", secret_chars=len(text))
+            return _view(layout or "row", "secret", raw_label, text, block)
+        label = hidden.strip(raw_label)
+        return BlockView(layout or "row", "masked", label.strip(), "", secret_chars=len(text),
+                         hidden=label != raw_label)
     if layout is None or value_type not in _KINDS:
-        return _view("row", "string", label, mask(clean(plain_text(block.value))), block)
+        return _view("row", "string", raw_label, mask(clean(plain_text(block.value))), block)
     if value_type == "json":
-        return _json_view(layout, label, block, mask)
+        return _json_view(layout, raw_label, block, mask)
     text = mask(clean(plain_text(block.value)))
     if value_type == "url":
-        return _view(layout, "url", label, text, block, link=http_link(text))
+        return _view(layout, "url", raw_label, text, block, link=True)
     if value_type == "boolean":
-        return _view(layout, "boolean", label, text, block, flag=_boolean(block.value))
+        return _view(layout, "boolean", raw_label, text, block, flag=_boolean(block.value))
     if value_type == "datetime":
         when, date_only = _datetime(block.value)
-        return _view(layout, "datetime", label, text, block, when=when, date_only=date_only)
+        return _view(layout, "datetime", raw_label, text, block, when=when, date_only=date_only)
     if value_type == "diff":
-        return _view(layout, "diff", label, text, block, language="diff")
+        return _view(layout, "diff", raw_label, text, block, language="diff")
     if value_type == "code":
-        return _view(layout, "code", label, text, block, language=_shebang_language(text))
+        return _view(layout, "code", raw_label, text, block, language=_shebang_language(text))
     if value_type == "markdown":
-        return _view(layout, "markdown", label, text, block, expandable=is_long(text), mask=mask)
+        return _view(layout, "markdown", raw_label, text, block, expandable=is_long(text),
+                     mask=mask)
     if value_type in ("text", "string"):
-        return _view(layout, value_type, label, text, block, expandable=is_long(text))
-    return _view(layout, value_type, label, text, block)
+        return _view(layout, value_type, raw_label, text, block, expandable=is_long(text))
+    return _view(layout, value_type, raw_label, text, block)
 
 
 def arguments_view(arguments: JSON, *, mask: Masker) -> BlockView:
     """Raw arguments as pretty JSON: the fallback when an approval has no blocks."""
-    return BlockView("arguments", "json", "", _shown(mask(clean(pretty_json(arguments)))), "json")
+    text, punycode = honest_hosts(mask(clean(pretty_json(arguments))))
+    return BlockView("arguments", "json", "", _shown(hidden.reveal(text)), "json",
+                     hidden=hidden.has_hidden(text), punycode=punycode)
 
 
 def question_view(question: str, *, mask: Masker) -> BlockView:
-    text = _shown(mask(clean(question)))
-    return BlockView("question", "text", "", text, expandable=is_long(text))
+    text, punycode = honest_hosts(mask(clean(question)))
+    shown = _shown(hidden.strip(text))
+    return BlockView("question", "text", "", shown, expandable=is_long(shown),
+                     hidden=hidden.has_hidden(text), punycode=punycode)
 
 
 def options_view(options: Iterable[str], *, mask: Masker) -> BlockView:
     """A question's options, one per line (an option's own line breaks become spaces)."""
-    lines = [mask(clean(option)).replace("\n", " ").strip() for option in options]
-    return BlockView("options", "options", "", "\n".join(lines))
+    texts = [honest_hosts(mask(clean(option))) for option in options]
+    lines = [hidden.strip(text).replace("\n", " ").strip() for text, _ in texts]
+    return BlockView("options", "options", "", "\n".join(lines),
+                     hidden=any(hidden.has_hidden(text) for text, _ in texts),
+                     punycode=any(punycode for _, punycode in texts))
 
 
 def for_attachment(view: BlockView) -> BlockView:
@@ -207,18 +266,30 @@ def _view(
     expandable: bool = False,
     mask: Masker = NO_SECRETS,
 ) -> BlockView:
+    """The view of a value; ``label`` and ``text`` masked but with their hidden characters
+    still in (this shows or marks them) and their host names as given. ``link``: link
+    the value if it is a web address Telegram accepts."""
+    monospace = kind in MONOSPACE_KINDS
+    text, text_punycode = honest_hosts(text)
+    label, label_punycode = honest_hosts(label)
+    shown_label = hidden.strip(label)
+    shown_text = hidden.reveal(text) if monospace else hidden.strip(text)
+    found = shown_label != label or shown_text != text or (
+        kind == "markdown" and "&" in text and hidden.has_hidden(html.unescape(text)))
     return BlockView(
         layout,
         kind,
-        label,
-        _shown(text),
+        shown_label.strip(),
+        _shown(shown_text),
         language=language,
-        link=link,
+        link=link and http_link(text),
         when=when,
         date_only=date_only,
         flag=flag,
         expandable=expandable,
         lost_chars=block.truncated_chars,
+        hidden=found,
+        punycode=text_punycode or label_punycode,
         mask=mask,
     )
 

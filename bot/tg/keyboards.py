@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from bot.core.model import CardRow, ItemRow, Vote
 from bot.core.policy import Action
 from bot.protocol.payloads import parse_clarification
+from bot.render.hidden import strip
+from bot.render.hosts import honest_hosts
 
 CALLBACK_VERSION = "1"
 MAX_CALLBACK_BYTES = 64
@@ -112,5 +114,7 @@ def revoke_keyboard(grants: list[tuple[str, str]]) -> Keyboard:
 
 
 def _label(option: str, limit: int = MAX_OPTION_LABEL) -> str:
-    text = " ".join(option.replace("`", "").split())
+    """A button's text: one line, hidden characters marked and deceptive host names as
+    ``xn--`` (a button cannot warn)."""
+    text = " ".join(strip(honest_hosts(option.replace("`", ""))[0]).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -281,7 +281,8 @@ class CardWorker:
 
         parsed = parse_item(item)
         minutes = self._bridge.grant_minutes(parsed, card.chat_id)
-        offer = parsed.grant_offer if isinstance(parsed, Approval) else None
+        offer = parsed.grant_offer if isinstance(parsed, Approval) and not rendered.hidden \
+            else None
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound,
                            grant=(offer.label, minutes) if offer and minutes else None)
