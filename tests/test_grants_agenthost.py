@@ -6,7 +6,8 @@ what the host sends them is read back from its outbox and opened as a device wou
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +103,22 @@ class Phone:
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock]]:
     clock = Clock()
-    store = AgentStore(tmp_path / "agent")
+    with paired_host(tmp_path, clock, on_relay=lambda: True) as (host, phone):
+        yield host, phone, clock
+
+
+@contextmanager
+def paired_host(folder: Path, clock: Clock, *, on_relay: Callable[[], bool] | None = None) \
+        -> Iterator[tuple[AgentHost, Phone]]:
+    """A host in ``folder`` with one paired device, and that device."""
+    store = AgentStore(folder / "agent")
     device = Identity.generate("Telegram @bot")
     store.add_device(device.card, "telegram", clock())
-    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock,
-                     on_relay=lambda: True)
-    yield host, Phone(host, device, clock), clock
-    store.close()
+    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock, on_relay=on_relay)
+    try:
+        yield host, Phone(host, device, clock)
+    finally:
+        store.close()
 
 
 def git_status(host: AgentHost, command: str = "git status -s", **extra: Any) -> Any:
@@ -217,13 +227,8 @@ async def test_revoked_from_a_device_or_here_and_kept_over_a_restart(
 def offline_world(tmp_path: Path) -> Iterator[tuple[AgentHost, Phone, Clock, list[bool]]]:
     """A host whose relay session the test turns on and off (``online[0]``)."""
     clock, online = Clock(), [True]
-    store = AgentStore(tmp_path / "agent")
-    device = Identity.generate("Telegram @bot")
-    store.add_device(device.card, "telegram", clock())
-    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock,
-                     on_relay=lambda: online[0])
-    yield host, Phone(host, device, clock), clock, online
-    store.close()
+    with paired_host(tmp_path, clock, on_relay=lambda: online[0]) as (host, phone):
+        yield host, phone, clock, online
 
 
 async def granted_then_off_the_relay(host: AgentHost, phone: Phone,

@@ -16,19 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tdlib_oracle import telegram_parse
-from test_grants_agenthost import KEY, OFFER, RELAY, Phone
+from test_grants_agenthost import KEY, OFFER, paired_host
 from test_grants_agenthost import Clock as GrantClock
 from test_render import assert_golden
 
 from bot.agenthost.grants import Offer, offer_for
-from bot.agenthost.service import AgentHost
-from bot.agenthost.store import AgentStore
 from bot.core.model import CardRow, ItemRow
 from bot.integrations.describe import ToolCall, describe
 from bot.integrations.grants import Programs, hook_scope
 from bot.integrations.hook import command_table
 from bot.playground.tg_html import parse_html, problems
-from bot.protocol.identity import Identity
 from bot.protocol.payloads import Approval, Block, Clarification, GrantRequest
 from bot.render import CardStatus, GrantGiven, RenderedCard, Renderer, SecretsMode, Tap
 from bot.render.hidden import (
@@ -407,13 +404,7 @@ def test_attack_card_matches_its_golden_file() -> None:
 
 
 async def test_host_neither_offers_nor_applies_a_grant_to_such_a_call(tmp_path: Path) -> None:
-    clock = GrantClock()
-    store = AgentStore(tmp_path / "agent")
-    device = Identity.generate("Telegram @bot")
-    store.add_device(device.card, "telegram", clock())
-    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
-    phone = Phone(host, device, clock)
-    try:
+    with paired_host(tmp_path, GrantClock()) as (host, phone):
         def submit(command_line: str) -> Any:
             return host.submit_approval(
                 tool="Bash", summary="run", arguments={"command": command_line}, blocks=None,
@@ -426,8 +417,6 @@ async def test_host_neither_offers_nor_applies_a_grant_to_such_a_call(tmp_path: 
         for attack in ("git status \u2067;rm -rf ~ #\u2069", "git status\u200b", "git\x85"):
             asked = submit(attack)
             assert asked.pending and "grant_offer" not in asked.wire
-    finally:
-        store.close()
 
 
 @settings(max_examples=100, deadline=None)

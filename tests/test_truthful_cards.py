@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
-from test_grants_agenthost import RELAY, Clock, Phone
+from test_grants_agenthost import Clock, paired_host
 from world import ADA, FAST_RELAY, World, approval, make_world, running_bot
 
 from bot.agenthost.service import AgentHost
@@ -25,12 +25,7 @@ LATE = "Expired before the approval reached the agent: nothing ran"
 
 async def test_the_host_answers_a_late_decision_with_how_the_item_ended(tmp_path: Path) -> None:
     clock = Clock()
-    store = AgentStore(tmp_path / "agent")
-    device = Identity.generate("Telegram @bot")
-    store.add_device(device.card, "telegram", clock())
-    host = AgentHost(store, Identity.generate("laptop"), RELAY, clock=clock)
-    phone = Phone(host, device, clock)
-    try:
+    with paired_host(tmp_path, clock) as (host, phone):
         def ask(name: str) -> str:
             return host.submit_approval(tool="send_email", summary=name, arguments={},
                                         blocks=None, timeout_s=60).item_id
@@ -55,8 +50,6 @@ async def test_the_host_answers_a_late_decision_with_how_the_item_ended(tmp_path
         assert host.get(second).state.value == "expired"
         resolved = {e.id: e.outcome for e in phone.last_update().resolved}
         assert resolved[second] == "expired"
-    finally:
-        store.close()
 
 
 async def test_relay_away_the_tap_says_it_waits_and_the_card_says_sending(
