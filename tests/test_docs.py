@@ -16,6 +16,7 @@ import pytest
 
 from bot import __version__
 from bot.cli import build_parser, main
+from bot.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 README_PATH = ROOT / "README.md"
@@ -128,6 +129,34 @@ def test_every_subcommand_is_documented() -> None:
     subparsers = next(a for a in parser._actions if a.dest == "command")
     for name in subparsers.choices:  # type: ignore[union-attr]
         assert f"skald-telegram {name}" in DOCUMENTATION, name
+
+
+def test_the_command_line_reference_has_a_row_for_every_subcommand() -> None:
+    reference = (DOCS / "commands.md").read_text(encoding="utf-8")
+    rows = [line for line in reference.splitlines() if line.startswith("| `skald-telegram ")]
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    for name in subparsers.choices:  # type: ignore[union-attr]
+        assert any(row.startswith(f"| `skald-telegram {name}") for row in rows), name
+
+
+@pytest.mark.parametrize(("table", "documented_as"), [
+    ("[telegram]\n", "telegram."), ("[state]\n", "state."), ("[templates]\n", "templates."),
+    ("[device]\n", "device."), ("[[chats]]\nid = 1\n", "chats[]."),
+])
+def test_the_configuration_page_documents_every_setting(tmp_path: Path, table: str,
+                                                       documented_as: str) -> None:
+    """The page ``doctor`` points to names every key the configuration accepts, as the
+    configuration's own "unknown setting" error lists them."""
+    config = tmp_path / "skald-telegram.toml"
+    config.write_text(f"{table}zz_unknown = 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_config(str(config), environ={}, require_token=False)
+    known = re.search(r"\(known: (.*)\)", str(error.value))
+    assert known, error.value
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    missing = [key for key in known.group(1).split(", ")
+               if f"| `{documented_as}{key}` |" not in page]
+    assert missing == []
 
 
 def test_version_and_identity_and_render(tmp_path: Path, capsys: pytest.CaptureFixture[str],
