@@ -55,7 +55,7 @@ async def diagnose(
     except ConfigError as exc:
         path = config_path(config_argument, environ)
         return [Check("config", False, str(exc), f"edit {path} (see the configuration "
-                                                 "reference in README.md)")]
+                                                 "reference in docs/configuration.md)")]
     checks = [check_config(config), await check_token(config)]
     checks.append(check_state_dir(config.state_dir))
     if not _searchable(config.state_dir):

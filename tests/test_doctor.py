@@ -79,7 +79,8 @@ def test_doctor_fails_on_a_broken_config(
     assert cli_main(["doctor", "--config", str(config)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("✗ config: ") and error in lines[0]
-    assert lines[1] == f"    fix: edit {config} (see the configuration reference in README.md)"
+    assert lines[1] == (f"    fix: edit {config} "
+                        "(see the configuration reference in docs/configuration.md)")
     assert len(lines) == 2
 
 

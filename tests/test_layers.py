@@ -1,4 +1,4 @@
-"""The layers of the tree (README, Development): which package may import which.
+"""The layers of the tree (docs/architecture.md): which package may import which.
 
 Each rule names a package (or module) and either the only project packages it may import
 (``may``) or the ones it must not (``must_not``); a pure package imports no I/O library.

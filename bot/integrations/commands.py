@@ -59,7 +59,7 @@ _SHAPES: Final[Mapping[str, Callable[[str], bool]]] = {
     "rev": lambda value: bool(_REV.fullmatch(value)) and ".." not in value.split("/"),
     "sed-script": lambda value: _is_sed_script(value),
 }
-"""Shapes of option values and operands (README, "Grants")."""
+"""Shapes of option values and operands (docs/grants.md)."""
 
 # A bracket expression holds no ``/``, ``[`` or ``]`` of its own, so that a sed that reads
 # ``[/]`` as a bracket and one that does not end the regex at the same place.
