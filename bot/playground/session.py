@@ -27,7 +27,7 @@ from typing import Final, TextIO
 
 from bot.app import Bot
 from bot.config import parse_config
-from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
+from bot.demo_agent import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
 from bot.playground import DEFAULT_PORT
