@@ -15,15 +15,8 @@ import pytest
 from world import ADA, BOB, TOKEN, make_world, running_bot
 
 from bot.cli import main as cli_main
-from bot.demo import (
-    DEMO_ITEMS,
-    DemoAgentOptions,
-    DemoOptions,
-    printable,
-    run_demo,
-    run_demo_agent,
-    who,
-)
+from bot.demo import DemoOptions, run_demo
+from bot.demo_agent import DEMO_ITEMS, DemoAgentOptions, printable, run_demo_agent, who
 from bot.playground.stub import TelegramStub
 from bot.protocol.payloads import Person
 

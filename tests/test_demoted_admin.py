@@ -53,7 +53,7 @@ async def test_a_demoted_admin_cannot_veto(tmp_path: Path) -> None:
     async with admins_decide(tmp_path, required=1) as (world, clock, card):
         observer = world.tap(OPS_GROUP, card, DAVE, "Deny")  # fills the admin cache
         assert (await world.answer_of(observer))["show_alert"] is True
-        world.tg._chat(OPS_GROUP).admins.remove(BOB)  # demoted in Telegram
+        world.tg.world.chat(OPS_GROUP).admins.remove(BOB)  # demoted in Telegram
         clock.advance(PAST_GRACE_S)
         veto = world.tap(OPS_GROUP, card, BOB, "❌ Deny")
         assert (await world.answer_of(veto))["show_alert"] is True
@@ -67,7 +67,7 @@ async def test_a_demoted_admins_vote_does_not_complete_a_quorum(tmp_path: Path) 
         first = world.tap(OPS_GROUP, card, BOB, "Approve")
         assert (await world.answer_of(first))["show_alert"] is False
         card = await world.wait_card(OPS_GROUP, "apr_admins", lambda m: "1 of 2" in m.text)
-        world.tg._chat(OPS_GROUP).admins.remove(BOB)
+        world.tg.world.chat(OPS_GROUP).admins.remove(BOB)
         clock.advance(PAST_GRACE_S)
         second = world.tap(OPS_GROUP, card, ADA, "Approve")
         assert (await world.answer_of(second))["text"] == "Counted: 1 of 2 approvals."
@@ -79,7 +79,7 @@ async def test_a_demoted_admins_vote_leaves_the_cards_tally(tmp_path: Path) -> N
         world.tap(OPS_GROUP, card, BOB, "Approve")
         card = await world.wait_card(OPS_GROUP, "apr_admins", lambda m: "1 of 2" in m.text)
         assert "Bob" in card.text
-        world.tg._chat(OPS_GROUP).admins.remove(BOB)
+        world.tg.world.chat(OPS_GROUP).admins.remove(BOB)
         clock.advance(PAST_GRACE_S)
         world.tap(OPS_GROUP, card, ADA, "Approve")
         card = await world.wait_card(

@@ -23,7 +23,7 @@ BASE = frozenset({"bot", "bot.errors", "bot.clock"})
 """Imported by every layer: the package's version, the one exception root, the clock."""
 BOT_APPLICATION = frozenset({"bot.bridge", "bot.store", "bot.tg", "bot.relay_pool", "bot.app"})
 """The bot's use cases, its store, its Telegram adapter and what wires them together."""
-SHELL = frozenset({"bot.cli", "bot.demo", "bot.playground", "bot.testing"})
+SHELL = frozenset({"bot.cli", "bot.demo", "bot.demo_agent", "bot.playground", "bot.testing"})
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ SHELL_IMPORTERS = {
     "bot.cli": {"bot.__main__", "bot.cli"},
     # The bridge writes the store; the process wires it, the command line opens it to read.
     "bot.store": {"bot.store", "bot.bridge", "bot.app", "bot.cli", "bot.doctor"},
-    "bot.testing": {"bot.testing", "bot.demo", "bot.playground", "bot.cli"},
+    "bot.testing": {"bot.testing", "bot.demo", "bot.demo_agent", "bot.playground", "bot.cli"},
     "bot.agenthost": {"bot.agenthost", "bot.integrations", "bot.cli"},
 }
 """Packages that only the listed ones may import (tests and benchmarks are outside)."""
@@ -151,3 +151,40 @@ def test_the_rules_see_the_tree() -> None:
     assert "bot.core.model" in imports(found["bot.core.status"])
     assert violations(Rule("bot.store", may=frozenset())) != []
     assert violations(Rule("bot.store", pure=True)) != []
+
+
+def project_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules ``module`` imports, its own parent packages left out."""
+    found = set()
+    for name in imports(path):
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != module and not within(module, name):
+            found.add(name)
+    return found
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of imports in ``graph``, each as the path that closes it."""
+    found: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in sorted(graph[module]):
+            if imported in path:
+                found.append([*path[path.index(imported):], imported])
+            elif imported not in done:
+                visit(imported, [*path, imported])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    found = dict(modules())
+    graph = {module: project_imports(module, path, set(found)) for module, path in found.items()}
+    assert circles(graph) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]

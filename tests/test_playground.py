@@ -271,6 +271,14 @@ def test_render_needs_the_playgrounds_key(capsys: pytest.CaptureFixture[str],
     assert err.count("\n") == 1
 
 
+def test_render_help_says_how_to_pass_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["render", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "run the line it prints (the key in $SKALD_PLAYGROUND_KEY)" in help_text
+    assert "(the key in ?key=…)" in help_text
+
+
 async def test_render_takes_the_key_from_the_environment(playground: tuple[str, str, Output],
                                                         tmp_path: Path) -> None:
     url, key, out = playground

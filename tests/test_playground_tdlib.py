@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tdlib_oracle import TdError, tdlib_version, telegram_detect, telegram_parse
 
-from bot.demo import demo_items
+from bot.demo_agent import demo_items
 from bot.playground.tg_html import (
     Entity,
     HtmlRefused,

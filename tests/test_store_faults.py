@@ -152,7 +152,7 @@ async def test_a_full_bot_applies_what_arrived_once_space_returns_without_a_rest
 
 def on_send(world: World, act: Callable[[], None]) -> None:
     """Run ``act`` while Telegram takes the next ``sendMessage``, before it answers."""
-    handlers = world.tg._handlers
+    handlers = world.tg.api.handlers
     original: Callable[[dict[str, Any]], Awaitable[Any]] = handlers["sendmessage"]
 
     @functools.wraps(original)

@@ -95,6 +95,32 @@ async def test_json_bodies_are_understood_like_form_bodies(tg: TelegramStub) -> 
                               "username": "alice"}  # fmt: skip
 
 
+async def test_multipart_and_url_encoded_forms_carry_the_same_parameters(
+        tg: TelegramStub) -> None:
+    url = f"{tg.api_url}/bot{TOKEN}/sendMessage"
+    fields = {"chat_id": str(ALICE), "text": "a&b <i>c</i>", "parse_mode": "HTML",
+              "disable_notification": "true"}
+    async with httpx.AsyncClient() as client:
+        encoded = await client.post(url, data=fields)
+        multipart = await client.post(url, data=fields, files={"unused": ("x.txt", b"x")})
+    for response in (encoded, multipart):
+        assert response.json()["result"]["text"] == "a&b c"
+    assert [call.params["disable_notification"] for call in tg.calls("sendMessage")] == [True,
+                                                                                         True]
+
+
+async def test_a_body_that_cannot_be_parsed_is_a_bad_request(tg: TelegramStub) -> None:
+    broken = "multipart/form-data; boundary=XYZ"
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            f"{tg.api_url}/bot{TOKEN}/sendMessage", content=b"--XYZ\r\nno disposition\r\n",
+            headers={"Content-Type": broken},
+        )
+    assert response.status_code == 400
+    assert response.json()["description"].startswith("Bad Request: can't parse request body")
+    assert tg.bot_messages(ALICE) == []
+
+
 async def test_send_message_stores_text_entities_and_keyboard(bot: Bot, tg: TelegramStub) -> None:
     sent = await bot.send_message(
         ALICE,

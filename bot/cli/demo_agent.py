@@ -16,6 +16,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bot import demo
+    from bot import demo_agent
 
-    return demo.demo_agent_command(args)
+    return demo_agent.demo_agent_command(args)

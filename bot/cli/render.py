@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from bot.playground import DEFAULT_URL
+from bot.playground import DEFAULT_URL, KEY_VARIABLE
 
 
 def register(sub: Any) -> None:
@@ -16,7 +16,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--templates", help="a folder of templates overriding the built-in ones")
     parser.add_argument("--playground", nargs="?", const=DEFAULT_URL, metavar="URL",
                         help="post the cards into a running playground (skald-telegram demo "
-                             f"without a token) instead of printing them; default {DEFAULT_URL}")
+                             "without a token) instead of printing them; the playground needs "
+                             f"its key: run the line it prints (the key in ${KEY_VARIABLE}) or "
+                             "give the address it prints (the key in ?key=…); URL defaults to "
+                             f"{DEFAULT_URL}")
     parser.set_defaults(handler=run)
 
 

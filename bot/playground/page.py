@@ -39,9 +39,6 @@ KEY_PARAMETER: Final = "key"
 """The query parameter of the address the playground prints, carrying its key."""
 KEY_HEADER: Final = "X-Playground-Key"
 """How a local tool (``render --playground``) presents the key."""
-KEY_VARIABLE: Final = "SKALD_PLAYGROUND_KEY"
-"""Where ``render --playground`` finds the key: an environment, unlike a command line, is
-not readable by other users."""
 STATIC_FILES: Final = frozenset({"app.js", "style.css"})
 REFUSED: Final = "Forbidden: open the playground with the address it printed (with its key)"
 

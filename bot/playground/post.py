@@ -21,7 +21,8 @@ from typing import Any, Final
 import httpx
 
 from bot.errors import BotApiError, RenderError
-from bot.playground.page import KEY_HEADER, KEY_PARAMETER, KEY_VARIABLE
+from bot.playground import KEY_VARIABLE
+from bot.playground.page import KEY_HEADER, KEY_PARAMETER
 from bot.preview import load_items
 from bot.protocol.payloads import InboxUpdate
 from bot.render import RenderedCard, Renderer

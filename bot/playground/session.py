@@ -27,11 +27,11 @@ from typing import Final, TextIO
 
 from bot.app import Bot
 from bot.config import parse_config
-from bot.demo import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
+from bot.demo_agent import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
-from bot.playground import DEFAULT_PORT
-from bot.playground.page import KEY_VARIABLE, page_routes, playground_url
+from bot.playground import DEFAULT_PORT, KEY_VARIABLE
+from bot.playground.page import page_routes, playground_url
 from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
 from bot.relay.server import RelayServer
