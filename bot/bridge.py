@@ -35,6 +35,7 @@ from bot.core.grants import (
     GrantedRow,
     GrantRow,
     grant_status,
+    may_be_granted,
     offered_minutes,
     plan_grants,
 )
@@ -754,7 +755,7 @@ class Bridge:
             expired=item.expires_at is not None and item.expires_at <= now,
             bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
             options=parsed.options if isinstance(parsed, Clarification) else (),
-            grant_minutes=self.grant_minutes(parsed, chat_id),
+            grant_minutes=self.grant_minutes(parsed, chat_id, card.agent_id),
         )
         votes = tuple(Voter(v.user_id, v.name, v.at) for v in self._store.cards.votes(card.card_id))
         result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
@@ -783,9 +784,10 @@ class Bridge:
         item = self._store.items.get(card.agent_id, card.item_id)
         return TapReport(result, card, item, changes)
 
-    def grant_minutes(self, item: Approval | Clarification, chat_id: int) -> int:
+    def grant_minutes(self, item: Approval | Clarification, chat_id: int, agent_id: str) -> int:
         """How long a grant a card of ``item`` offers in the chat (0: none)."""
-        if not isinstance(item, Approval):
+        peer = self._store.agents.peer(agent_id)
+        if not isinstance(item, Approval) or not may_be_granted(item, peer.name if peer else ""):
             return 0
         policy = self.policy(chat_id)
         return offered_minutes(item.grant_offer, allowed=policy.grants,

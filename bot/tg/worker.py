@@ -280,7 +280,7 @@ class CardWorker:
             rendered, attachment = draw()
 
         parsed = parse_item(item)
-        minutes = self._bridge.grant_minutes(parsed, card.chat_id)
+        minutes = self._bridge.grant_minutes(parsed, card.chat_id, card.agent_id)
         offer = parsed.grant_offer if isinstance(parsed, Approval) and not rendered.hidden \
             else None
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
