@@ -39,7 +39,7 @@ from bot.clock import from_ms, maybe_from_ms
 from bot.config import Config
 from bot.core.model import CardRow, ChatKind, ItemRow, parse_item
 from bot.core.policy import Action, Answered, AskReason, Decided, Refusal, Refused, Tallied
-from bot.errors import BotApiError, PairingError, RenderError, SkaldError
+from bot.errors import BotApiError, PairingError, RenderError, SkaldError, StoreUnavailable
 from bot.protocol.pairing import PairingUri, parse_pairing_uri
 from bot.protocol.payloads import Person
 from bot.relay.client import RelayStatus
@@ -48,12 +48,14 @@ from bot.render.environment import in_zone
 from bot.tg.approvers import ApproverLookup
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import parse_callback_data
+from bot.tg.update_inbox import leave_unhandled
 
 log = logging.getLogger(__name__)
 
 HISTORY_DEFAULT = 10
 HISTORY_MAX = 15
 PENDING_MAX = 20
+TOLD_MAX = 1000
 SENT_WAIT_S = 1.0
 """How long a tap's answer waits for the relay to take the decision the tap made."""
 
@@ -87,6 +89,8 @@ class Handlers:
         self._approvers = approvers
         self._relay_views = relay_views
         self._on_start = on_start
+        self._told: set[int] = set()
+        """Updates whose sender was told that the store failed them."""
 
     def register(self, application: Application) -> None:  # type: ignore[type-arg]
         commands: list[tuple[str, HandlerFn, bool]] = [
@@ -120,13 +124,32 @@ class Handlers:
         """Log our own errors as one line instead of a traceback; never crash the bot."""
 
         async def run(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-            self._note(update)
             try:
+                self._note(update)
                 await callback(update, context)
+            except StoreUnavailable as exc:
+                log.warning("could not record update %s, the store failed (%s): handling it "
+                            "again once the store can write", update.update_id, exc)
+                await self._tell_not_recorded(update)
+                leave_unhandled(exc)
             except SkaldError as exc:
                 log.warning("could not handle update %s: %s", update.update_id, exc)
 
         return run
+
+    async def _tell_not_recorded(self, update: Update) -> None:
+        """Tell the person (once per update) that what they did is not recorded yet and
+        applies by itself once the store can write."""
+        if update.update_id in self._told:
+            return
+        self._told.add(update.update_id)
+        if len(self._told) > TOLD_MAX:
+            self._told.discard(min(self._told))
+        if update.callback_query is not None:
+            await self._answer_query(update.callback_query,
+                                     self._renderer.text("alert_not_recorded"), alert=True)
+        elif update.message is not None and update.message.text:
+            await self._reply(update.message, "not_recorded")
 
     def _note(self, update: Update) -> None:
         chat, user = update.effective_chat, update.effective_user
