@@ -2,7 +2,7 @@
 
 Handlers translate Telegram updates into calls on the :class:`~bot.bridge.Bridge` (the only
 writer of the bot's state; they read it through its read-only view), hand what changed to
-``apply`` after the commit, and answer with texts rendered from ``templates/messages/``;
+``act_on`` after the commit, and answer with texts rendered from ``templates/messages/``;
 they hold no policy of their own.
 """
 
@@ -73,7 +73,7 @@ class Handlers:
         renderer: Renderer,
         gateway: Gateway,
         config: Config,
-        apply: Callable[[Changes], None],
+        act_on: Callable[[Changes], None],
         changed: asyncio.Event,
         approvers: ApproverLookup,
         relay_views: Callable[[], list[RelayStatus]],
@@ -84,7 +84,7 @@ class Handlers:
         self._renderer = renderer
         self._gateway = gateway
         self._config = config
-        self._apply = apply
+        self._act_on = act_on
         self._changed = changed
         self._approvers = approvers
         self._relay_views = relay_views
@@ -125,7 +125,7 @@ class Handlers:
 
         async def run(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
             try:
-                self._note(update)
+                self._record_seen(update)
                 await callback(update, context)
             except StoreUnavailable as exc:
                 log.warning("could not record update %s, the store failed (%s): handling it "
@@ -151,13 +151,13 @@ class Handlers:
         elif update.message is not None and update.message.text:
             await self._reply(update.message, "not_recorded")
 
-    def _note(self, update: Update) -> None:
+    def _record_seen(self, update: Update) -> None:
         chat, user = update.effective_chat, update.effective_user
         if chat is not None:
             title = chat.title or chat.full_name or ""
-            self._bridge.note_chat(chat.id, title, cast(ChatKind, chat.type))
+            self._bridge.chat_seen(chat.id, title, cast(ChatKind, chat.type))
         if user is not None and not user.is_bot:
-            self._bridge.note_user(user.id, user.full_name, user.username)
+            self._bridge.user_seen(user.id, user.full_name, user.username)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ class Handlers:
             required=policy.required_approvals,
             option=parsed.option,
         )
-        self._apply(report.changes)
+        self._act_on(report.changes)
         await asyncio.sleep(0)  # the decision leaves for the relay before the tap's answer
         alert, text = await self._tap_answer(report, chat.id)
         await self._answer_query(query, text, alert=alert)
@@ -232,7 +232,7 @@ class Handlers:
             token, chat_id=chat_id, tapper=tapper,
             approvers=await self._approvers.of(chat_id, wait=False),
         )
-        self._apply(report.changes)
+        self._act_on(report.changes)
         label = report.grant.label if report.grant else ""
         if report.refusal is None:
             # Waiting for the agent runs apart, so that other updates are not held up.
@@ -355,7 +355,7 @@ class Handlers:
             required=policy.required_approvals,
             text=text,
         )
-        self._apply(report.changes)
+        self._act_on(report.changes)
         if isinstance(report.result, Refused):
             _alert, refusal = await self._tap_answer(report, message.chat_id)
             await self._reply(message, "refused", text=refusal)
@@ -416,7 +416,7 @@ class Handlers:
         topic = message.message_thread_id if message.is_topic_message else None
         # The update is handled once this commits (see bot.tg.update_inbox); waiting for
         # the agent runs apart, so that other updates are not held up meanwhile.
-        self._apply(self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
+        self._act_on(self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
                                                requested_by=user.id if user else None))
         context.application.create_task(self._finish_pairing(message, uri), update=update,
                                         name=f"pairing with {uri.agent.id[:8]}")
@@ -432,7 +432,7 @@ class Handlers:
         chat = message.chat
         await self._reply(message, "pair_started", agent=uri.agent.name, relay=uri.relay)
         try:
-            await wait_until_paired(self._bridge, uri.agent.id, self._changed)
+            await wait_until_paired(self._bridge.view, uri.agent.id, self._changed)
         except PairingError as exc:  # the agent refused: say why at once
             await self._reply(message, "pair_failed", error=str(exc))
             return
@@ -459,7 +459,7 @@ class Handlers:
         if len(chosen) != 1:
             await self._reply(message, "unpair_choose", agents=[p.name for p in peers])
             return
-        self._apply(self._bridge.unbind(chosen[0].agent_id, chat.id, user.id if user else None))
+        self._act_on(self._bridge.unbind(chosen[0].agent_id, chat.id, user.id if user else None))
         await self._reply(message, "unpair_done", agent=chosen[0].name)
 
     async def status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -530,7 +530,7 @@ class Handlers:
         if message is None or chat is None:
             return
         topic = message.message_thread_id if message.is_topic_message else None
-        self._apply(self._bridge.list_grants(chat.id, topic))
+        self._act_on(self._bridge.list_grants(chat.id, topic))
 
     def _item_summary(self, agent_id: str | None, item_id: str | None) -> str:
         if agent_id is None or item_id is None:
@@ -553,7 +553,7 @@ class Handlers:
             old, new = message.migrate_from_chat_id, message.chat_id
         else:
             return
-        self._apply(self._bridge.chat_migrated(old, new))
+        self._act_on(self._bridge.chat_migrated(old, new))
 
     async def my_membership(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         change = update.my_chat_member
@@ -563,7 +563,7 @@ class Handlers:
         gone = status in ("left", "kicked")
         changes = self._bridge.chat_membership(change.chat.id, present=not gone)
         log.info("bot is now %s in chat %s", status, change.chat.id)
-        self._apply(changes)
+        self._act_on(changes)
 
     async def membership(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         change = update.chat_member
