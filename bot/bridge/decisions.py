@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from bot.bridge.base import NOTHING, REDRAW, BridgeBase, Changes
 from bot.clock import from_ms
+from bot.config import ChatPolicy
 from bot.core.grants import GrantedRow, GrantRow, grant_status, may_be_granted, offered_minutes
 from bot.core.inbox import DECIDED_STATES
 from bot.core.model import CardRow, DecisionRow, ItemRow, parse_item
@@ -74,13 +75,13 @@ class Decisions(BridgeBase):
         chat_id: int,
         tapper: Person,
         approvers: frozenset[int],
-        required: int,
         option: int | None = None,
         text: str | None = None,
     ) -> TapReport:
         """Apply one tap (or a typed deny reason or answer, ``text``) in ``chat_id``, and
         record it in the audit trail, allowed or not. A token of a card in another chat is
-        an unknown card: the tapper's rights come from the chat the tap happened in."""
+        an unknown card: the tapper's rights come from the chat the tap happened in, and its
+        rules (approvals required, grants) from the configuration."""
         now = self.now_ms()
         voter = Voter(tapper.telegram_user_id or 0, tapper.name, now)
         card = self._store.cards.by_token(token)
@@ -89,17 +90,19 @@ class Decisions(BridgeBase):
             self.record_refused_tap(chat_id, tapper, action.name.lower(), Refusal.UNKNOWN_CARD)
             return TapReport(Refused(Refusal.UNKNOWN_CARD))
         parsed = parse_item(item)
+        policy = self.policy(chat_id)
         view = ItemView(
             kind=item.kind,
             open=item.state == "open",
             expired=item.expires_at is not None and item.expires_at <= now,
             bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
             options=parsed.options if isinstance(parsed, Clarification) else (),
-            grant_minutes=self.grant_minutes(parsed, chat_id, card.agent_id),
+            grant_minutes=self._offered_minutes(parsed, policy, card.agent_id),
         )
         votes = tuple(Voter(v.user_id, v.name, v.at) for v in self._store.cards.votes(card.card_id))
         result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
-                              required=required, voters=votes, option=option, text=text)
+                              required=policy.required_approvals, voters=votes, option=option,
+                              text=text)
         changes = REDRAW
         with self._store.transaction():
             if view.open:  # the card's tally shows only votes that still count
@@ -126,10 +129,14 @@ class Decisions(BridgeBase):
 
     def grant_minutes(self, item: Approval | Clarification, chat_id: int, agent_id: str) -> int:
         """How long a grant a card of ``item`` offers in the chat (0: none)."""
+        return self._offered_minutes(item, self.policy(chat_id), agent_id)
+
+    def _offered_minutes(
+        self, item: Approval | Clarification, policy: ChatPolicy, agent_id: str
+    ) -> int:
         peer = self._store.agents.peer(agent_id)
         if not isinstance(item, Approval) or not may_be_granted(item, peer.name if peer else ""):
             return 0
-        policy = self.policy(chat_id)
         return offered_minutes(item.grant_offer, allowed=policy.grants,
                                minutes=policy.grant_minutes)
 
