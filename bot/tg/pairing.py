@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from telegram import Message, Update
+from telegram import Chat, Message, Update, User
 from telegram.ext import ContextTypes
 
 from bot.bridge import PAIRING_TIMEOUT_S, wait_until_paired
@@ -18,13 +18,22 @@ log = logging.getLogger(__name__)
 class Pairing(HandlerGroup):
     """Pairing commands; waiting for the agent runs apart from other updates."""
 
-    async def pair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def _from_admin(self, update: Update, command: str) -> tuple[Message, Chat, User] | None:
+        """The command's message, chat and sender, when a bot admin sent it; otherwise
+        None (someone else is told that only admins may)."""
         message, chat, user = update.effective_message, update.effective_chat, update.effective_user
         if message is None or chat is None:
+            return None
+        if user is None or not self._is_admin(user):
+            await self._reply(message, "not_allowed", command=command)
+            return None
+        return message, chat, user
+
+    async def pair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        sent = await self._from_admin(update, "pair")
+        if sent is None:
             return
-        if not self._is_admin(user):
-            await self._reply(message, "not_allowed", command="pair")
-            return
+        message, chat, user = sent
         if not context.args:
             await self._reply(message, "pair_usage")
             return
@@ -37,7 +46,7 @@ class Pairing(HandlerGroup):
         # The update is handled once this commits (see bot.tg.update_inbox); waiting for
         # the agent runs apart, so that other updates are not held up meanwhile.
         self._act_on(self._bridge.start_pairing(uri, chat_id=chat.id, topic_id=topic,
-                                               requested_by=user.id if user else None))
+                                               requested_by=user.id))
         context.application.create_task(self._finish_pairing(message, uri), update=update,
                                         name=f"pairing with {uri.agent.id[:8]}")
 
@@ -65,12 +74,10 @@ class Pairing(HandlerGroup):
         await self._reply(message, "pair_done", agent=uri.agent.name)
 
     async def unpair(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message, chat, user = update.effective_message, update.effective_chat, update.effective_user
-        if message is None or chat is None:
+        sent = await self._from_admin(update, "unpair")
+        if sent is None:
             return
-        if not self._is_admin(user):
-            await self._reply(message, "not_allowed", command="unpair")
-            return
+        message, chat, user = sent
         bound = [self._view.agents.peer(b.agent_id)
                  for b in self._view.agents.bindings_for_chat(chat.id)]
         peers = [p for p in bound if p is not None]
@@ -79,5 +86,5 @@ class Pairing(HandlerGroup):
         if len(chosen) != 1:
             await self._reply(message, "unpair_choose", agents=[p.name for p in peers])
             return
-        self._act_on(self._bridge.unbind(chosen[0].agent_id, chat.id, user.id if user else None))
+        self._act_on(self._bridge.unbind(chosen[0].agent_id, chat.id, user.id))
         await self._reply(message, "unpair_done", agent=chosen[0].name)
