@@ -351,7 +351,7 @@ async def _burst(sizes: Sizes, tmp: Path, round_trip: float = 0.0) -> None:
         for chat_id in chats:
             tg.add_user(chat_id, f"User{chat_id}")
             tg.add_private_chat(chat_id)
-            running.bridge.note_chat(chat_id, f"User{chat_id}", "private")
+            running.bridge.chat_seen(chat_id, f"User{chat_id}", "private")
             running.store.agents.bind(agent_id, chat_id, None, now_ms)
         burst_chats = set(chats)
         since = len(tg.requests)

@@ -94,13 +94,13 @@ class Running:
     changed: asyncio.Event
     supervisor: Supervisor = field(default_factory=Supervisor)
 
-    def apply(self, changes: Changes) -> None:
+    def act_on(self, changes: Changes) -> None:
         """Act on what a use case of :attr:`bridge` changed (after its commit)."""
-        self.relays.apply(changes)
+        self.relays.act_on(changes)
 
     async def wait_until_paired(self, agent_id: str, timeout: float = PAIRING_TIMEOUT_S) -> None:
         """Return once the agent accepted the pairing; TimeoutError after ``timeout``."""
-        await wait_until_paired(self.bridge, agent_id, self.changed, timeout)
+        await wait_until_paired(self.bridge.view, agent_id, self.changed, timeout)
 
 
 class Bot:
@@ -175,7 +175,7 @@ class Bot:
         pool = RelayPool(bridge, after=redraw, **self._relay_options)
         handlers = Handlers(
             bridge=bridge, renderer=renderer, gateway=gateway, config=config,
-            apply=pool.apply, changed=changed, approvers=approvers,
+            act_on=pool.act_on, changed=changed, approvers=approvers,
             relay_views=pool.statuses, on_start=self._on_start,
         )
         handlers.register(application)

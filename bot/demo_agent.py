@@ -247,8 +247,8 @@ async def pair_chat(running: Running, agent: Agent, chat_id: int, person: Person
     """Pair the demo agent with the bot, bound to ``chat_id`` as asked by ``person``, and
     say so in the chat; False if the agent did not accept in time."""
     uri = parse_pairing_uri(agent.new_pairing_uri())
-    running.apply(running.bridge.start_pairing(uri, chat_id=chat_id, topic_id=None,
-                                               requested_by=person.telegram_user_id))
+    running.act_on(running.bridge.start_pairing(uri, chat_id=chat_id, topic_id=None,
+                                                requested_by=person.telegram_user_id))
     try:
         await running.wait_until_paired(uri.agent.id, timeout=PAIRING_TIMEOUT_S)
     except TimeoutError:

@@ -16,7 +16,7 @@ class RelayPool:
     """Starts a :class:`RelayClient` for every relay the bridge needs, each handing
     delivered envelopes to the bridge and flushing the bridge's outbox.
 
-    :meth:`apply` acts on what a use case changed, after its commit: it flushes the relays
+    :meth:`act_on` acts on what a use case changed, after its commit: it flushes the relays
     with new envelopes and hands the rest to ``after`` (which wakes the card worker)."""
 
     def __init__(
@@ -34,16 +34,16 @@ class RelayPool:
             return
 
         async def handle(envelopes: list[dict[str, object]]) -> None:
-            self.apply(await self._bridge.receive(envelopes))
+            self.act_on(await self._bridge.receive(envelopes))
 
         async def ready() -> None:
-            self.apply(self._bridge.request_inboxes(url))
+            self.act_on(self._bridge.request_inboxes(url))
 
         client = RelayClient(
             url,
             self._bridge.identity,
             handler=handle,
-            outbox=_Outbox(self._bridge, self.apply),
+            outbox=_Outbox(self._bridge, self.act_on),
             on_ready=ready,
             **self._options,
         )
@@ -60,7 +60,7 @@ class RelayPool:
         for url in sorted(self._bridge.relay_urls()):
             self.ensure(url)
 
-    def apply(self, changes: Changes) -> None:
+    def act_on(self, changes: Changes) -> None:
         for url in sorted(changes.relays):
             self.wake(url)
         self._after(changes)
@@ -88,12 +88,12 @@ class _Outbox:
     """The bridge's outbox as a relay client uses it, acting on what marking an envelope
     sent changed (a decision's cards stop saying "sending")."""
 
-    def __init__(self, bridge: Bridge, apply: Callable[[Changes], None]) -> None:
+    def __init__(self, bridge: Bridge, act_on: Callable[[Changes], None]) -> None:
         self._bridge = bridge
-        self._apply = apply
+        self._act_on = act_on
 
     def outbox_pending(self, relay_url: str) -> list[dict[str, object]]:
         return self._bridge.outbox_pending(relay_url)
 
     def outbox_mark_sent(self, envelope_id: str) -> None:
-        self._apply(self._bridge.outbox_mark_sent(envelope_id))
+        self._act_on(self._bridge.outbox_mark_sent(envelope_id))

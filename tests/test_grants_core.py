@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from bot.core.grants import (
     GrantRow,
     grant_status,
+    may_be_granted,
     minutes_left,
     offered_minutes,
     plan_grants,
@@ -22,7 +23,7 @@ from bot.core.policy import (
     evaluate_revoke,
     evaluate_tap,
 )
-from bot.protocol.payloads import Grant, GrantOffer, Person
+from bot.protocol.payloads import Grant, GrantOffer, Person, parse_approval
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)
@@ -49,6 +50,18 @@ def test_offered_minutes_is_the_chat_setting_capped_by_the_offer() -> None:
     assert offered_minutes(offer, allowed=True, minutes=10) == 10
     assert offered_minutes(offer, allowed=False, minutes=30) == 0
     assert offered_minutes(None, allowed=True, minutes=30) == 0
+
+
+def test_no_grant_may_cover_an_approval_or_agent_name_holding_hidden_characters() -> None:
+    def approval(command: str, label: str = "git status") -> dict[str, object]:
+        return {"id": "apr_1", "tool": "Bash", "summary": "run it",
+                "arguments": {"command": command},
+                "grant_offer": {"key": "k", "label": label, "max_minutes": 20}}
+
+    assert may_be_granted(parse_approval(approval("git status")), "Build bot")
+    assert not may_be_granted(parse_approval(approval("git status \u2067;rm -rf ~")), "Build bot")
+    assert not may_be_granted(parse_approval(approval("git status", "git\u200b status")), "Bot")
+    assert not may_be_granted(parse_approval(approval("git status")), "Build\u202e bot")
 
 
 def test_plan_grants_new_changed_and_gone() -> None:

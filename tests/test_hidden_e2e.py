@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from world import ADA, approval, make_world, running_bot
+from world import ADA, approval, button_data, make_world, running_bot
 
 KEY = "session-1:Bash:git status"
 OFFER = {"key": KEY, "label": "`git status` in this session", "max_minutes": 120}
@@ -53,3 +53,22 @@ async def test_activity_notes_mark_hidden_characters(tmp_path: Path) -> None:
         note = next(m for m in world.tg.bot_messages(ADA) if m.text.startswith("Ran under"))
         assert "git status⟦?⟧ (+40 more lines)" in note.text
         assert "\u202e" not in note.text
+
+
+async def test_grant_asked_for_by_hand_on_a_card_with_hidden_characters_is_refused(
+    tmp_path: Path,
+) -> None:
+    async with make_world(tmp_path) as world, running_bot(world):
+        await world.pair(ADA)
+        world.agent.submit_approval(
+            command_approval("apr_bidi", "git status \u2067;rm -rf ~ #\u2069"))
+        card = await world.wait_card(ADA, "run apr_bidi")
+        forged = button_data(card, "✅ Approve")[:-1] + "g"
+        query = world.tg.tap(ADA, card.message_id, ADA, forged, forged=True)
+        answer = await world.answer_of(query)
+        assert answer["show_alert"] is True and "does not fit this card" in answer["text"]
+        assert world.agent.decisions == []
+
+        world.tap(ADA, card, ADA, "✅ Approve")
+        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+        assert world.agent.decisions[0].grant is None

@@ -51,6 +51,10 @@ RULES = (
     # The bot application, bottom up.
     Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults"})),
     Rule("bot.bridge", may=frozenset({"bot.core", "bot.protocol", "bot.store", "bot.config"})),
+    # The bridge's shared vocabulary and its batches of envelopes sit below its parts.
+    Rule("bot.bridge.base", may=frozenset({"bot.core", "bot.protocol", "bot.store",
+                                           "bot.config"})),
+    Rule("bot.bridge.batch", may=frozenset({"bot.bridge.base", "bot.protocol"})),
     Rule("bot.tg", may=frozenset({"bot.bridge", "bot.core", "bot.protocol", "bot.render",
                                   "bot.config", "bot.relay"})),
     Rule("bot.relay_pool", may=frozenset({"bot.bridge", "bot.relay"})),

@@ -170,7 +170,7 @@ def test_a_tap_waits_for_the_disk_once_from_its_update_to_its_decision(
     before = store.db.durable_commits
     bridge.hold_updates([(1, "{}")])
     report = bridge.tap(card.token, Action.APPROVE, chat_id=5, tapper=Person("Ada", 5),
-                        approvers=frozenset({5}), required=1)
+                        approvers=frozenset({5}))
     assert isinstance(report.result, Decided)
     assert store.db.durable_commits - before == 1
     assert store.outbox.depth() == 1  # the decision, committed with the tap

@@ -92,10 +92,11 @@ async def _pair(config: Config, uri_text: str, chat_id: int, timeout: float) -> 
     bridge = Bridge(identity=identity, store=store, config=config, clock=SYSTEM_CLOCK)
     pool = RelayPool(bridge, after=lambda _changes: changed.set())
     try:
-        pool.apply(bridge.start_pairing(uri, chat_id=chat_id, topic_id=None, requested_by=None))
+        pool.act_on(bridge.start_pairing(uri, chat_id=chat_id, topic_id=None, requested_by=None))
         print(f"Pairing with {uri.agent.name} ({uri.agent.id[:8]}) through {uri.relay}: "
               f"waiting up to {timeout:g} s for the agent to accept…", file=sys.stderr)
-        waiting = asyncio.ensure_future(wait_until_paired(bridge, uri.agent.id, changed, timeout))
+        waiting = asyncio.ensure_future(
+            wait_until_paired(bridge.view, uri.agent.id, changed, timeout))
         unreachable = asyncio.ensure_future(_unreachable(pool, uri.relay))
         try:
             await asyncio.wait({waiting, unreachable}, return_when=asyncio.FIRST_COMPLETED)

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from bot.protocol.payloads import Grant, GrantOffer
+from bot.protocol.payloads import Approval, Grant, GrantOffer, item_to_wire
+from bot.render.hidden import holds_hidden
 
 ACTIVITY_WINDOW_MS = 60_000
 """A chat gets at most one new activity message per this long; later entries are appended
@@ -100,6 +101,13 @@ def offered_minutes(offer: GrantOffer | None, *, allowed: bool, minutes: int) ->
     if offer is None or not allowed:
         return 0
     return max(0, min(minutes, offer.max_minutes))
+
+
+def may_be_granted(approval: Approval, agent_name: str) -> bool:
+    """Whether a grant may cover ``approval``: not when any text of it or the agent's name
+    holds an invisible, direction-changing or control character (such a card offers no
+    grant, and a tap asking for one anyway is refused)."""
+    return not holds_hidden((agent_name, item_to_wire(approval)))
 
 
 def plan_grants(reported: Iterable[Grant], held: Mapping[str, GrantRow]) -> GrantsPlan:

@@ -99,7 +99,7 @@ class ApproverLookup:
                 log.info("could not read the name of approver %s in chat %s: %s", user_id,
                          chat_id, exc)
                 continue
-            self._bridge.note_user(user_id, member.user.full_name, member.user.username)
+            self._bridge.user_seen(user_id, member.user.full_name, member.user.username)
 
     async def stop(self) -> None:
         """Cancel the refreshes still running."""

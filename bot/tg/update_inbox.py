@@ -39,6 +39,13 @@ PRUNE_EVERY: Final = 500
 """Handled updates between two prunes of the table."""
 
 _handling: ContextVar[int | None] = ContextVar("handling_update", default=None)
+_failed: ContextVar[StoreUnavailable | None] = ContextVar("update_store_failed", default=None)
+
+
+def leave_unhandled(exc: StoreUnavailable) -> None:
+    """The store failed while the update being handled was recorded: leave it held, to be
+    handled again (with backoff) once the store can write."""
+    _failed.set(exc)
 
 
 @contextlib.contextmanager
@@ -136,12 +143,16 @@ class UpdateInbox:
             update = None
         marked = False
         if update is not None:
-            token = _handling.set(update_id)
+            token, failing = _handling.set(update_id), _failed.set(None)
             try:
                 await self._application.process_update(update)
             finally:
                 marked = _handling.get() is None  # by the handler's first commit
+                failure = _failed.get()
                 _handling.reset(token)
+                _failed.reset(failing)
+            if failure is not None and not marked:
+                raise failure
         if not marked:
             self._bridge.update_handled(update_id)
         self._handled += 1

@@ -237,7 +237,7 @@ class CardWorker:
             return
         if view.chats.kind(card.chat_id) is None:
             # A chat bound from the command line: ask Telegram what kind of chat it is.
-            self._bridge.note_chat(card.chat_id, *await self._gateway.chat(card.chat_id))
+            self._bridge.chat_seen(card.chat_id, *await self._gateway.chat(card.chat_id))
         policy = self._bridge.policy(card.chat_id)
         votes = view.cards.votes(card.card_id)
         bound = view.agents.is_bound(card.agent_id, card.chat_id)
@@ -280,7 +280,7 @@ class CardWorker:
             rendered, attachment = draw()
 
         parsed = parse_item(item)
-        minutes = self._bridge.grant_minutes(parsed, card.chat_id)
+        minutes = self._bridge.grant_minutes(parsed, card.chat_id, card.agent_id)
         offer = parsed.grant_offer if isinstance(parsed, Approval) and not rendered.hidden \
             else None
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
