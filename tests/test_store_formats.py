@@ -2,13 +2,14 @@
 in ``PRAGMA user_version``, migration steps in transactions, and files written by earlier
 versions keep opening with their data.
 
-``tests/data/formats/*-811d323.sql`` are dumps of files the bot, the relay and the agent
+``tests/data/formats/*-811d323.sqlite3.gz`` are files the bot, the relay and the agent
 host wrote before their stores shared :mod:`bot.durable` (the bot kept its version in a
-``meta`` table then).
+``meta`` table then), each with a little data in it.
 """
 
 from __future__ import annotations
 
+import gzip
 import sqlite3
 import stat
 from pathlib import Path
@@ -32,9 +33,7 @@ def old_file(path: Path, name: str) -> Path:
     """The file an earlier version wrote, as it left it (readable by others, as the relay
     left its queue)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path)
-    db.executescript((FORMATS / f"{name}-811d323.sql").read_text())
-    db.close()
+    path.write_bytes(gzip.decompress((FORMATS / f"{name}-811d323.sqlite3.gz").read_bytes()))
     path.chmod(0o644)
     return path
 
