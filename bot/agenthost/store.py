@@ -18,6 +18,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
+from bot import durable
 from bot.agenthost.grants import Grant, Offer
 from bot.agenthost.items import Item, Kind, State
 from bot.agenthost.pairing import PairingSecret
@@ -25,7 +26,7 @@ from bot.durable import Place, Step, open_sqlite
 from bot.errors import IdentityError, StoreError, store_error
 from bot.protocol.encoding import b64u_decode, b64u_encode
 from bot.protocol.identity import Identity, PublicCard
-from bot.storefaults import StoreHealth, describe_folder, folder_problem
+from bot.storefaults import StoreHealth, describe_folder
 
 log = logging.getLogger(__name__)
 
@@ -106,17 +107,14 @@ _MIGRATIONS: Final[tuple[Step, ...]] = (
 def private_folder(path: Path) -> Path:
     """Create ``path`` with mode 0700 if needed; refuse one that others can open, or that
     this process cannot write in (saying why: read-only, full, someone else's)."""
+    durable.private_folder(path, PLACE)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
         raise StoreError(unusable_folder(path, exc)) from exc
     if mode & 0o077:
         raise StoreError(f"the state folder {path} is open to group or others (mode "
                          f"{mode:04o}); fix it with: chmod 700 {path}")
-    error = folder_problem(path)
-    if error is not None:
-        raise StoreError(unusable_folder(path, error)) from error
     return path
 
 
