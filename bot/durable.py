@@ -5,8 +5,9 @@ the agent host's state.
 them, so nothing is ever readable by others (SQLite gives ``-wal`` and ``-shm`` the file's
 mode); sets the pragmas every store wants (WAL, commits that wait for the disk, undo pages
 in memory); checks the pages when asked (:func:`check_integrity`); and brings the schema
-to its version with :func:`migrate`. The version lives in ``PRAGMA user_version``; each
-migration step is a list of statements (or a function) run in one transaction.
+to its version with :func:`migrate`. The version lives in ``PRAGMA user_version``; a
+migration step is a list of statements (or a function), and the steps a file needs run
+in one transaction.
 
 Failures are classified once: :func:`bot.errors.store_error` tells "try again later"
 (:class:`~bot.errors.StoreUnavailable`) from "broken" (:class:`~bot.errors.StoreError`),
@@ -112,29 +113,32 @@ def create_private(path: Path) -> None:
 
 
 def migrate(connection: sqlite3.Connection, path: Path, steps: Sequence[Step]) -> None:
-    """Bring the schema from its ``PRAGMA user_version`` to ``len(steps)``, one step per
-    transaction (step ``n`` takes a file at version ``n`` to ``n + 1``); refuse a file
-    from a newer version."""
+    """Bring the schema from its ``PRAGMA user_version`` to ``len(steps)`` (step ``n``
+    takes a file at version ``n`` to ``n + 1``), all the steps it needs in one transaction
+    so that a failure or a kill leaves the file as it was; refuse a file from a newer
+    version."""
     version = int(connection.execute("PRAGMA user_version").fetchone()[0])
     if version > len(steps):
         raise StoreError(f"{path} was written by a newer skald-telegram (schema version "
                          f"{version}; this one knows {len(steps)} at most)")
-    for number, step in enumerate(steps[version:], start=version + 1):
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+    if version == len(steps):
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        for step in steps[version:]:
             if callable(step):
                 step(connection)
             else:
                 for statement in step:
                     connection.execute(statement)
-            connection.execute(f"PRAGMA user_version = {number}")
-            connection.execute("COMMIT")
-        except BaseException:
-            if connection.in_transaction:
-                with suppress(sqlite3.Error):
-                    connection.execute("ROLLBACK")
-            raise
-    if version and version < len(steps):
+        connection.execute(f"PRAGMA user_version = {len(steps)}")
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            with suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+        raise
+    if version:
         log.info("%s upgraded from schema %d to %d", path, version, len(steps))
 
 

@@ -105,22 +105,30 @@ def test_new_files_are_private_from_the_start_with_their_version(tmp_path: Path)
         assert user_version(tmp_path / folder / name) == version
 
 
-def test_each_step_runs_in_its_own_transaction_and_a_failing_one_leaves_the_file_as_it_was(
+def test_the_steps_a_file_needs_run_in_one_transaction_and_a_failure_leaves_it_as_it_was(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "db" / "test.sqlite3"
-    steps: list[durable.Step] = [("CREATE TABLE a (x INTEGER)", "INSERT INTO a VALUES (1)")]
-    durable.open_sqlite(path, PLACE, steps).close()
-    steps.append(("INSERT INTO a VALUES (2)", "INSERT INTO nowhere VALUES (3)"))
+    durable.open_sqlite(path, PLACE, [("CREATE TABLE a (x INTEGER)",)]).close()
+    steps: list[durable.Step] = [
+        ("CREATE TABLE a (x INTEGER)",),
+        ("INSERT INTO a VALUES (1)",),
+        ("CREATE TABLE b (y INTEGER)", "INSERT INTO nowhere VALUES (3)"),
+    ]
     with pytest.raises(StoreError, match="no such table: nowhere"):
         durable.open_sqlite(path, PLACE, steps)
     assert user_version(path) == 1
-    steps[1] = ("INSERT INTO a VALUES (2)",)
+    connection = sqlite3.connect(path)
+    assert connection.execute("SELECT x FROM a").fetchall() == []
+    assert connection.execute("SELECT name FROM sqlite_master WHERE name = 'b'").fetchall() == []
+    connection.close()
+    steps[2] = ("CREATE TABLE b (y INTEGER)", "INSERT INTO b VALUES (3)")
     connection = durable.open_sqlite(path, PLACE, steps)
-    assert connection.execute("SELECT x FROM a ORDER BY x").fetchall() == [(1,), (2,)]
+    assert connection.execute("SELECT x FROM a").fetchall() == [(1,)]
+    assert connection.execute("SELECT y FROM b").fetchall() == [(3,)]
     assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     connection.close()
-    assert user_version(path) == 2
+    assert user_version(path) == 3
 
 
 def test_a_step_may_hold_a_semicolon_inside_a_statement(tmp_path: Path) -> None:
