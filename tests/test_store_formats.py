@@ -19,7 +19,7 @@ import pytest
 from bot import durable
 from bot.agenthost.store import DB_NAME as AGENT_DB
 from bot.agenthost.store import AgentStore
-from bot.errors import StoreError
+from bot.errors import StoreError, StoreUnavailable
 from bot.relay.queue import DB_NAME as QUEUE_DB
 from bot.relay.queue import SCHEMA_VERSION as QUEUE_VERSION
 from bot.relay.queue import RelayQueue
@@ -154,3 +154,20 @@ def test_a_file_from_a_newer_version_is_refused_in_one_line(tmp_path: Path) -> N
     with pytest.raises(StoreError, match=r"written by a newer skald-telegram \(schema version "
                                          r"2; this one knows 1 at most\)"):
         durable.open_sqlite(path, PLACE, [("CREATE TABLE a (x)",)])
+
+
+@pytest.mark.parametrize("store", ["bot", "relay", "agent"])
+def test_each_store_says_the_same_of_a_file_that_is_not_a_database(
+    tmp_path: Path, store: str
+) -> None:
+    folder = tmp_path / store
+    folder.mkdir(mode=0o700)
+    name = {"bot": "state.sqlite3", "relay": QUEUE_DB, "agent": AGENT_DB}[store]
+    (folder / name).write_bytes(b"not a database, " * 512)
+    with pytest.raises(StoreUnavailable, match=r"is not a SQLite database .*; fix: restore it"):
+        if store == "bot":
+            Store.open(folder / name)
+        elif store == "relay":
+            RelayQueue.open(folder)
+        else:
+            AgentStore(folder)
