@@ -1,4 +1,4 @@
-"""The bot's SQLite file: opening it (WAL), its schema and migrations, and transactions.
+"""The bot's SQLite file: its schema, opening it (:mod:`bot.durable`), and transactions.
 
 Every multi-step change runs in one transaction (:meth:`Database.transaction`), so a SIGKILL
 between any two lines leaves a state the next start can finish.
@@ -242,6 +242,15 @@ _SCHEMA: Final = (
 )
 
 
+MIGRATIONS: Final[tuple[Step, ...]] = (
+    # Every table is made only if missing: a file from before versioned migrations holds
+    # them already, with its version in a ``meta`` table that this step drops.
+    (*_SCHEMA, "DROP TABLE IF EXISTS meta"),
+)
+"""The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
 class Database:
     """One SQLite connection. Methods are synchronous and short; call them from the event
     loop, or from a thread the loop waits for (a large envelope is applied in one).
@@ -411,11 +420,3 @@ class Database:
         with self._lock:
             return list(self.run(sql, params).fetchall())
 
-
-MIGRATIONS: Final[tuple[Step, ...]] = (
-    # Every table is made only if missing: a file from before versioned migrations holds
-    # them already, with its version in a ``meta`` table that this step drops.
-    (*_SCHEMA, "DROP TABLE IF EXISTS meta"),
-)
-"""The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
-SCHEMA_VERSION: Final = len(MIGRATIONS)
