@@ -159,7 +159,7 @@ def test_audit_trail_is_append_only(tmp_path: Path) -> None:
     assert [(r.event, r.detail) for r in reopened.audit.rows()] == [("tap", {"allowed": False})]
     reopened.close()
     raw = sqlite3.connect(tmp_path / "db.sqlite3")
-    raw.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    raw.execute("PRAGMA user_version = 99")
     raw.commit()
     raw.close()
     with pytest.raises(StoreError, match="newer"):

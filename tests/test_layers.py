@@ -47,9 +47,11 @@ RULES = (
     Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),
     Rule("bot.keyfile", may=frozenset({"bot.protocol"})),
     Rule("bot.storefaults", may=frozenset()),
-    Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals", "bot.storefaults"})),
+    Rule("bot.durable", may=frozenset({"bot.storefaults"})),
+    Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals", "bot.storefaults",
+                                     "bot.durable"})),
     # The bot application, bottom up.
-    Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults"})),
+    Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults", "bot.durable"})),
     Rule("bot.bridge", may=frozenset({"bot.core", "bot.protocol", "bot.store", "bot.config"})),
     # The bridge's shared vocabulary and its batches of envelopes sit below its parts.
     Rule("bot.bridge.base", may=frozenset({"bot.core", "bot.protocol", "bot.store",

@@ -118,7 +118,7 @@ def test_the_database_counts_failures_of_the_store_not_of_the_data(tmp_path: Pat
     store = Store.open(tmp_path / "state.sqlite3")
     try:
         with pytest.raises(StoreError):
-            store.db.run("INSERT INTO meta (key, value) VALUES ('schema_version', 'x')")
+            store.db.run("INSERT INTO users (user_id, name) VALUES (1, NULL)")
         assert store.db.health.failing_since is None  # a constraint: the data, not the store
         disk_full(store)
         with pytest.raises(StoreError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import stat
 from collections.abc import Iterator
@@ -19,103 +18,103 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
+from bot import durable
 from bot.agenthost.grants import Grant, Offer
 from bot.agenthost.items import Item, Kind, State
 from bot.agenthost.pairing import PairingSecret
+from bot.durable import Place, Step, open_sqlite
 from bot.errors import IdentityError, StoreError, store_error
 from bot.protocol.encoding import b64u_decode, b64u_encode
 from bot.protocol.identity import Identity, PublicCard
-from bot.storefaults import StoreHealth, describe_folder, describe_store, folder_problem
+from bot.storefaults import StoreHealth, describe_folder
 
 log = logging.getLogger(__name__)
 
 DB_NAME: Final = "agent.sqlite3"
 WHAT: Final = "the agent host's state folder"
 SETTING: Final = "--state (or $SKALD_AGENT_STATE)"
+PLACE: Final = Place("the agent host's database", WHAT, SETTING)
 
-_MIGRATIONS: Final = (
-    """
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    CREATE TABLE devices (
-        device_id TEXT PRIMARY KEY,
-        card_json TEXT NOT NULL,
-        platform TEXT,
-        paired_at INTEGER NOT NULL
-    );
-    CREATE TABLE pairing_secrets (
-        pairing_id TEXT PRIMARY KEY,
-        secret TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        used_at INTEGER,
-        device_id TEXT
-    );
-    CREATE TABLE items (
-        item_id TEXT PRIMARY KEY,
-        kind TEXT NOT NULL,
-        wire_json TEXT NOT NULL,
-        args_sha256 TEXT,
-        grant_key TEXT,
-        grant_label TEXT,
-        state TEXT NOT NULL,
-        reason TEXT,
-        decided_by_json TEXT,
-        answer TEXT,
-        created_at INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        resolved_at INTEGER
-    );
-    CREATE INDEX items_state ON items (state, expires_at);
-    CREATE INDEX items_resolved ON items (resolved_at);
-    CREATE TABLE outbox (
-        envelope_id TEXT PRIMARY KEY,
-        relay_url TEXT NOT NULL,
-        envelope_json TEXT NOT NULL,
-        created_at INTEGER NOT NULL
-    );
-    CREATE TABLE replay (envelope_id TEXT PRIMARY KEY, ts INTEGER NOT NULL);
-    CREATE INDEX replay_ts ON replay (ts);
-    CREATE TABLE received (
-        envelope_id TEXT PRIMARY KEY,
-        device_id TEXT NOT NULL,
-        item_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        payload_json TEXT NOT NULL,
-        verdict TEXT NOT NULL,
-        at INTEGER NOT NULL
-    );
-    """,
-    """
-    CREATE TABLE grants (
-        grant_id TEXT PRIMARY KEY,
-        key TEXT NOT NULL,
-        label TEXT NOT NULL,
-        granted_by_json TEXT NOT NULL,
-        granted_at INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        uses INTEGER NOT NULL DEFAULT 0,
-        ended_at INTEGER,
-        item_id TEXT NOT NULL
-    );
-    CREATE INDEX grants_key ON grants (key, expires_at);
-    """,
+_MIGRATIONS: Final[tuple[Step, ...]] = (
+    (
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE devices (
+            device_id TEXT PRIMARY KEY,
+            card_json TEXT NOT NULL,
+            platform TEXT,
+            paired_at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE pairing_secrets (
+            pairing_id TEXT PRIMARY KEY,
+            secret TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            used_at INTEGER,
+            device_id TEXT
+        )""",
+        """CREATE TABLE items (
+            item_id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            wire_json TEXT NOT NULL,
+            args_sha256 TEXT,
+            grant_key TEXT,
+            grant_label TEXT,
+            state TEXT NOT NULL,
+            reason TEXT,
+            decided_by_json TEXT,
+            answer TEXT,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            resolved_at INTEGER
+        )""",
+        "CREATE INDEX items_state ON items (state, expires_at)",
+        "CREATE INDEX items_resolved ON items (resolved_at)",
+        """CREATE TABLE outbox (
+            envelope_id TEXT PRIMARY KEY,
+            relay_url TEXT NOT NULL,
+            envelope_json TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        )""",
+        "CREATE TABLE replay (envelope_id TEXT PRIMARY KEY, ts INTEGER NOT NULL)",
+        "CREATE INDEX replay_ts ON replay (ts)",
+        """CREATE TABLE received (
+            envelope_id TEXT PRIMARY KEY,
+            device_id TEXT NOT NULL,
+            item_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload_json TEXT NOT NULL,
+            verdict TEXT NOT NULL,
+            at INTEGER NOT NULL
+        )""",
+    ),
+    (
+        """CREATE TABLE grants (
+            grant_id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            label TEXT NOT NULL,
+            granted_by_json TEXT NOT NULL,
+            granted_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            uses INTEGER NOT NULL DEFAULT 0,
+            ended_at INTEGER,
+            item_id TEXT NOT NULL
+        )""",
+        "CREATE INDEX grants_key ON grants (key, expires_at)",
+    ),
 )
 
 
 def private_folder(path: Path) -> Path:
     """Create ``path`` with mode 0700 if needed; refuse one that others can open, or that
     this process cannot write in (saying why: read-only, full, someone else's)."""
+    durable.private_folder(path, PLACE)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         mode = stat.S_IMODE(path.stat().st_mode)
     except OSError as exc:
         raise StoreError(unusable_folder(path, exc)) from exc
     if mode & 0o077:
         raise StoreError(f"the state folder {path} is open to group or others (mode "
                          f"{mode:04o}); fix it with: chmod 700 {path}")
-    error = folder_problem(path)
-    if error is not None:
-        raise StoreError(unusable_folder(path, error)) from error
     return path
 
 
@@ -132,39 +131,10 @@ class AgentStore:
         self.path = folder / DB_NAME
         self.health = StoreHealth("the agent host's database", log)
         """Whether writes succeed; the failures of the store itself are logged there."""
-        old_umask = os.umask(0o077)  # the database, its WAL and its shm file: 0600
-        try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.execute("PRAGMA temp_store=MEMORY")  # no temporary files for undo
-            self._migrate()
-        except sqlite3.Error as exc:
-            raise store_error(str(describe_store("the agent host's database", self.path, exc,
-                                                folder=WHAT, setting=SETTING)), exc) from exc
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.path, 0o600)
+        self._db = open_sqlite(self.path, PLACE, _MIGRATIONS, pragmas=("foreign_keys=ON",))
 
     def close(self) -> None:
         self._db.close()
-
-    def _migrate(self) -> None:
-        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-        if version > len(_MIGRATIONS):
-            raise StoreError(f"{self.path} was written by a newer version (schema {version})")
-        for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in script.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version={number}")
-            except sqlite3.Error:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

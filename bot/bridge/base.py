@@ -21,7 +21,7 @@ from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.payloads import Approval, Clarification, Payload, encode_payload, item_to_wire
 from bot.protocol.snapshot import SeenSnapshot
-from bot.store import Store
+from bot.store import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class BridgeBase:
     """What every part of the bridge shares: the store it writes, the bot's identity,
     configuration and clock."""
 
-    def __init__(self, *, identity: Identity, store: Store, config: Config, clock: Clock) -> None:
+    def __init__(self, *, identity: Identity, store: StateStore, config: Config,
+                 clock: Clock) -> None:
         self.identity = identity
         self._store = store
         self.view = store.view()

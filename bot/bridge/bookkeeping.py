@@ -168,4 +168,4 @@ class Bookkeeping(BridgeBase):
 
     def before_each_commit(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` inside every transaction, just before it commits."""
-        self._store.db.before_commit = hook
+        self._store.on_commit(hook)

@@ -32,15 +32,14 @@ import enum
 import json
 import logging
 import sqlite3
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeVar
 
-from bot.errors import StoreError
+from bot.durable import Place, Step, open_sqlite
+from bot.errors import store_error
 from bot.relay.limits import MIB, QueueLimits
-from bot.storefaults import damaged, describe_store, folder_problem
 
 log = logging.getLogger(__name__)
 
@@ -48,53 +47,47 @@ _K = TypeVar("_K")
 
 DB_NAME: Final = "relay-queue.sqlite3"
 WHAT: Final = "the relay queue"
+PLACE: Final = Place(WHAT, "the relay's data folder", "--data")
 CHECK_S: Final = 5.0
 """How long the integrity check at start may take at most."""
-CHECK_STEPS: Final = 10_000
-"""SQLite steps between two looks at the clock during the integrity check."""
-SCHEMA_VERSION: Final = 4
-"""``PRAGMA user_version`` of the current schema; 0 is a new file or the first schema."""
-
 CACHE_KIB: Final = 32 * 1024
 """The writer's page cache: what is in flight at ten thousand envelopes a second (its
 rows and indexes) stays in memory instead of being read back from the file."""
-
-BUSY_TIMEOUT_S: Final = 5.0
-"""How long a write waits for another connection's write lock before it fails."""
+PRAGMAS: Final = (f"cache_size=-{CACHE_KIB}",)
 
 DEFAULT_PAGE_BYTES: Final = 4 * MIB
 """How many bytes of bodies :meth:`RelayQueue.pending` loads at once by default."""
 
-_TABLES = """
-CREATE TABLE queue (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    recipient TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    address TEXT NOT NULL,
-    envelope_id TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    queued_ms INTEGER NOT NULL,
-    body TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS recipients (
-    id TEXT PRIMARY KEY,
-    first_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS contacts (
-    recipient TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    PRIMARY KEY (recipient, sender)
-) WITHOUT ROWID;
-"""
+_TABLES: Final = (
+    """CREATE TABLE queue (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        recipient TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        address TEXT NOT NULL,
+        envelope_id TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        queued_ms INTEGER NOT NULL,
+        body TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS recipients (
+        id TEXT PRIMARY KEY,
+        first_ms INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS contacts (
+        recipient TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        PRIMARY KEY (recipient, sender)
+    ) WITHOUT ROWID""",
+)
 # ``body`` comes last so that reading the other columns never loads its overflow pages.
 # One index both keeps an envelope from being stored twice (recipient, id, sender) and
 # finds what an ack names (recipient, id): every index costs a page written per envelope
 # queued and per envelope acknowledged.
-_INDEXES = """
-CREATE INDEX queue_by_recipient ON queue (recipient, seq, size);
-CREATE UNIQUE INDEX queue_by_envelope ON queue (recipient, envelope_id, sender);
-CREATE INDEX queue_by_age ON queue (queued_ms);
-"""
+_INDEXES: Final = (
+    "CREATE INDEX queue_by_recipient ON queue (recipient, seq, size)",
+    "CREATE UNIQUE INDEX queue_by_envelope ON queue (recipient, envelope_id, sender)",
+    "CREATE INDEX queue_by_age ON queue (queued_ms)",
+)
 _FIND_ACKED = (
     "SELECT json_group_array(json_array(q.seq, q.recipient, q.sender, q.address, q.size))"
     " FROM json_each(?) AS a JOIN queue AS q ON q.seq = (SELECT seq"
@@ -109,28 +102,6 @@ _INSERT_MANY = (
 _ROW = "(?, ?, ?, ?, ?, ?, ?)"
 INSERT_CHUNK: Final = 500
 """Envelopes queued by one statement at most."""
-_COPY_FROM = {
-    1: "SELECT seq, recipient, COALESCE(json_extract(body, '$.from'), ''), '', envelope_id,"
-    " length(CAST(body AS BLOB)), queued_ms, body FROM queue_old",
-    2: "SELECT seq, recipient, sender, '', envelope_id, size, queued_ms, body FROM queue_old",
-    3: "SELECT seq, recipient, sender, address, envelope_id, size, queued_ms, body FROM queue_old",
-}
-"""How the rows of an older schema's queue become rows of the current one."""
-_UPGRADE = """
-ALTER TABLE queue RENAME TO queue_old;
-DROP INDEX IF EXISTS queue_by_recipient;
-DROP INDEX IF EXISTS queue_by_envelope;
-DROP INDEX IF EXISTS queue_by_age;
-{tables}
-INSERT INTO queue (seq, recipient, sender, address, envelope_id, size, queued_ms, body) {copy};
-DROP TABLE queue_old;
-INSERT OR IGNORE INTO recipients SELECT DISTINCT recipient, 0 FROM queue;
-INSERT OR IGNORE INTO contacts SELECT DISTINCT recipient, sender FROM queue;
-"""
-# What was queued before the upgrade keeps the limits it was queued under: its recipients
-# count as connected and its senders as contacts.
-
-
 @dataclass(frozen=True)
 class Incoming:
     """An envelope to queue: for whom, from whom, its id and JSON text, and the network
@@ -326,33 +297,12 @@ class RelayQueue:
         """Open (creating or upgrading if needed) the queue in ``data_dir``, after checking
         that the folder can be written and the file is sound (for up to ``check_s``)."""
         path = data_dir / DB_NAME
+        connection = open_sqlite(path, PLACE, MIGRATIONS, pragmas=PRAGMAS, check_s=check_s)
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(_unusable(path, exc)) from exc
-        if (error := folder_problem(data_dir)) is not None:
-            raise StoreError(_unusable(path, error)) from error
-        try:
-            connection = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(_unusable(path, exc)) from exc
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-            # Pages a statement may have to undo are kept in memory, not a temporary file.
-            connection.execute("PRAGMA temp_store=MEMORY")
-            check_integrity(connection, path, check_s)
-            _ensure_schema(connection)
             reader = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as exc:
             connection.close()
-            raise StoreError(_unusable(path, exc)) from exc
-        except StoreError:
-            connection.close()
-            raise
+            raise store_error(PLACE.unusable(path, exc), exc) from exc
         return cls(connection, reader, limits=limits or QueueLimits())
 
     def close(self) -> None:
@@ -360,7 +310,7 @@ class RelayQueue:
             self._reader.close()
             self._db.close()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot close the relay queue: {exc}") from exc
+            raise store_error(f"cannot close the relay queue: {exc}", exc) from exc
 
     def apply(self, batch: Batch, now_ms: int) -> Applied:
         """Write a batch in one transaction (one disk sync): record who connected, delete
@@ -369,7 +319,7 @@ class RelayQueue:
         A batch takes a handful of statements however many envelopes it holds, so that
         when it runs in a worker thread the interpreter lock changes hands a few times per
         transaction rather than at every envelope. While another connection writes, this
-        waits for it (up to :data:`BUSY_TIMEOUT_S`).
+        waits for it (up to :data:`bot.durable.BUSY_TIMEOUT_S`).
 
         An ack names only the id: when two senders used the same id, each ack deletes the
         oldest one, which is the one delivered (and so acknowledged) first.
@@ -389,7 +339,7 @@ class RelayQueue:
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._abandon()
-            raise StoreError(f"cannot write to the relay queue: {exc}") from exc
+            raise store_error(f"cannot write to the relay queue: {exc}", exc) from exc
         except BaseException:
             self._abandon()  # never leave the transaction open for the next batch
             raise
@@ -544,7 +494,7 @@ class RelayQueue:
                 (recipient, after_seq, last),
             ).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the relay queue: {exc}") from exc
+            raise store_error(f"cannot read the relay queue: {exc}", exc) from exc
         return [Queued(*row) for row in rows]
 
     def purge(self, older_than_ms: int, *, unseen_older_than_ms: int | None = None) -> int:
@@ -563,7 +513,7 @@ class RelayQueue:
                         (unseen_older_than_ms,),
                     ).rowcount
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot purge the relay queue: {exc}") from exc
+            raise store_error(f"cannot purge the relay queue: {exc}", exc) from exc
         if removed:
             self._recount()
         return max(removed, 0)
@@ -584,7 +534,7 @@ class RelayQueue:
                 " GROUP BY recipient, sender, address"
             ).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the relay queue: {exc}") from exc
+            raise store_error(f"cannot read the relay queue: {exc}", exc) from exc
         usage = _Usage(
             connected={recipient for (recipient,) in connected},
             contacts={(recipient, sender) for recipient, sender in contacts},
@@ -606,52 +556,33 @@ def _last_within(sizes: list[tuple[int, int]], max_bytes: int) -> int | None:
     return last
 
 
-def check_integrity(connection: sqlite3.Connection, path: Path, seconds: float) -> None:
-    """Refuse a queue whose pages are damaged (``PRAGMA quick_check``), giving the check
-    ``seconds`` at most: on a queue too large to read in that time, what was not checked
-    is not, and a damaged page is found when it is read."""
-    deadline = time.monotonic() + seconds
-    connection.set_progress_handler(lambda: time.monotonic() > deadline, CHECK_STEPS)
-    try:
-        rows = connection.execute("PRAGMA quick_check(3)").fetchall()
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode != sqlite3.SQLITE_INTERRUPT:
-            raise
-        log.warning("the integrity check of %s stopped after %.0f s, unfinished: the "
-                    "queue is too large to check in full at start", path, seconds)
+def _to_schema_4(db: sqlite3.Connection) -> None:
+    """Make the tables of a new file, or rebuild the queue of schema 0 to 3 with the
+    columns and indexes of schema 4, filling in what an older schema did not keep."""
+    columns = {str(row[1]) for row in db.execute("PRAGMA table_info(queue)")}
+    if not columns:
+        for statement in (*_TABLES, *_INDEXES):
+            db.execute(statement)
         return
-    finally:
-        connection.set_progress_handler(None, 0)
-    # SQLite's report spreads over lines and starts with a header ("*** in database …").
-    problems = [line for (text,) in rows if text != "ok" for line in str(text).splitlines()
-                if line.strip() and not line.startswith("***")]
-    if problems:
-        raise StoreError(str(damaged(WHAT, path, "; ".join(problems[:3]))))
+    sender = "sender" if "sender" in columns else "COALESCE(json_extract(body, '$.from'), '')"
+    size = "size" if "size" in columns else "length(CAST(body AS BLOB))"
+    address = "address" if "address" in columns else "''"
+    db.execute("ALTER TABLE queue RENAME TO queue_old")
+    for index in ("queue_by_recipient", "queue_by_envelope", "queue_by_age"):
+        db.execute(f"DROP INDEX IF EXISTS {index}")
+    for statement in (*_TABLES, *_INDEXES):
+        db.execute(statement)
+    db.execute("INSERT INTO queue (seq, recipient, sender, address, envelope_id, size,"
+               f" queued_ms, body) SELECT seq, recipient, {sender}, {address}, envelope_id,"
+               f" {size}, queued_ms, body FROM queue_old")
+    db.execute("DROP TABLE queue_old")
+    # What was queued before keeps the limits it was queued under: its recipients count
+    # as connected and its senders as contacts.
+    db.execute("INSERT OR IGNORE INTO recipients SELECT DISTINCT recipient, 0 FROM queue")
+    db.execute("INSERT OR IGNORE INTO contacts SELECT DISTINCT recipient, sender FROM queue")
 
 
-def _unusable(path: Path, error: sqlite3.Error | OSError) -> str:
-    return str(describe_store(WHAT, path, error, folder="the relay's data folder",
-                              setting="--data"))
-
-
-def _ensure_schema(db: sqlite3.Connection) -> None:
-    """Create the schema in a new file, upgrade an older one, refuse a newer one."""
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION:
-        return
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"the relay queue has schema version {version}; this relay knows"
-            f" {SCHEMA_VERSION} at most"
-        )
-    has_queue = db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue'"
-    ).fetchone()
-    if has_queue:
-        copy = _COPY_FROM[max(version, 1)]
-        script = _UPGRADE.format(tables=_TABLES, copy=copy)
-    else:
-        script = _TABLES
-    db.executescript(f"BEGIN; {script} {_INDEXES} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-    if has_queue:
-        log.info("relay queue upgraded to schema version %d", SCHEMA_VERSION)
+MIGRATIONS: Final[tuple[Step, ...]] = ((), (), (), _to_schema_4)
+"""``PRAGMA user_version`` 0 is a new file or the first schema. Schemas 0 to 3 differ from
+4 only in the queue's columns and indexes, so one step rebuilds any of them."""
+SCHEMA_VERSION: Final = len(MIGRATIONS)

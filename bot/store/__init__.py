@@ -9,39 +9,27 @@ edited are rows with a flag, outgoing envelopes sit in the outbox until the rela
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from bot.store.agents import Agents, AgentsView
-from bot.store.audit import Audit, AuditView
-from bot.store.cards import Cards, CardsView
-from bot.store.chats import Chats, ChatsView
+from bot.store.agents import Agents
+from bot.store.audit import Audit
+from bot.store.cards import Cards
+from bot.store.chats import Chats
 from bot.store.db import SCHEMA_VERSION, Database
-from bot.store.grants import Grants, GrantsView
-from bot.store.items import Items, ItemsView
-from bot.store.outbox import Outbox, OutboxView
+from bot.store.grants import Grants
+from bot.store.items import Items
+from bot.store.outbox import Outbox
+from bot.store.port import StateStore, StoreView
 from bot.store.updates import Updates
 
-__all__ = ["SCHEMA_VERSION", "Store", "StoreView"]
-
-
-@dataclass(frozen=True)
-class StoreView:
-    """The bot's state, read-only."""
-
-    agents: AgentsView
-    items: ItemsView
-    cards: CardsView
-    outbox: OutboxView
-    audit: AuditView
-    chats: ChatsView
-    grants: GrantsView
+__all__ = ["SCHEMA_VERSION", "StateStore", "Store", "StoreView"]
 
 
 class Store:
-    """The bot's state: one database, one object per group of tables."""
+    """The bot's state in SQLite (a :class:`StateStore`): one database, one object per
+    group of tables."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -83,6 +71,14 @@ class Store:
         with self.db.savepoint():
             yield
 
+    def on_commit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` inside every outermost transaction just before it commits."""
+        self.db.before_commit = hook
+
     def view(self) -> StoreView:
         return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
                          self.chats, self.grants)
+
+
+_PROVIDED: type[StateStore] = Store
+"""The SQLite store, checked by the type checker to provide :class:`StateStore`."""

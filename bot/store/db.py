@@ -1,4 +1,4 @@
-"""The bot's SQLite file: opening it (WAL), its schema and migrations, and transactions.
+"""The bot's SQLite file: its schema, opening it (:mod:`bot.durable`), and transactions.
 
 Every multi-step change runs in one transaction (:meth:`Database.transaction`), so a SIGKILL
 between any two lines leaves a state the next start can finish.
@@ -8,242 +8,247 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from bot.durable import Place, Step, open_sqlite
 from bot.errors import StoreError, StoreUnavailable, store_error
-from bot.storefaults import StoreHealth, describe_store
+from bot.storefaults import StoreHealth
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+PLACE: Final = Place("the state database", "the state folder", "state.dir")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS peers (
-    agent_id TEXT PRIMARY KEY,
-    relay_url TEXT NOT NULL,
-    card_json TEXT NOT NULL,
-    name TEXT NOT NULL,
-    paired_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS bindings (
-    agent_id TEXT NOT NULL,
-    chat_id INTEGER NOT NULL,
-    topic_id INTEGER,
-    bound_at INTEGER NOT NULL,
-    PRIMARY KEY (agent_id, chat_id)
-);
-CREATE TABLE IF NOT EXISTS chats (
-    chat_id INTEGER PRIMARY KEY,
-    title TEXT NOT NULL DEFAULT '',
-    kind TEXT NOT NULL DEFAULT 'private',
-    forbidden INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS chat_aliases (
-    old_id INTEGER PRIMARY KEY,
-    new_id INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chat_admins (
-    chat_id INTEGER NOT NULL,
-    user_id INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    fetched_at INTEGER NOT NULL,
-    PRIMARY KEY (chat_id, user_id)
-);
-CREATE TABLE IF NOT EXISTS agent_state (
-    agent_id TEXT PRIMARY KEY,
-    last_rev INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS items (
-    agent_id TEXT NOT NULL,
-    item_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    body_json TEXT NOT NULL,
-    state TEXT NOT NULL DEFAULT 'open',
-    outcome_by TEXT,
-    outcome_at INTEGER,
-    outcome_chat_id INTEGER,
-    outcome_reason TEXT,
-    expires_at INTEGER,
-    remind_at INTEGER,
-    created_at INTEGER NOT NULL,
-    PRIMARY KEY (agent_id, item_id)
-);
-CREATE INDEX IF NOT EXISTS items_open ON items (state, expires_at);
-CREATE INDEX IF NOT EXISTS items_agent ON items (agent_id, state);
-CREATE INDEX IF NOT EXISTS items_remind ON items (state, remind_at);
-CREATE TABLE IF NOT EXISTS cards (
-    card_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    agent_id TEXT NOT NULL,
-    item_id TEXT NOT NULL,
-    chat_id INTEGER NOT NULL,
-    topic_id INTEGER,
-    token TEXT NOT NULL UNIQUE,
-    message_id INTEGER,
-    dirty INTEGER NOT NULL DEFAULT 1,
-    attachment_sent INTEGER NOT NULL DEFAULT 0,
-    reminder TEXT NOT NULL DEFAULT 'none',
-    posted_at INTEGER,
-    UNIQUE (agent_id, item_id, chat_id)
-);
-CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty, chat_id);
-CREATE INDEX IF NOT EXISTS cards_edits ON cards (chat_id, card_id)
-    WHERE dirty > 0 AND message_id IS NOT NULL;
-CREATE TABLE IF NOT EXISTS votes (
-    card_id INTEGER NOT NULL,
-    user_id INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    PRIMARY KEY (card_id, user_id)
-);
-CREATE TABLE IF NOT EXISTS prompts (
-    chat_id INTEGER NOT NULL,
-    message_id INTEGER NOT NULL,
-    card_id INTEGER NOT NULL,
-    user_id INTEGER NOT NULL,
-    PRIMARY KEY (chat_id, message_id)
-);
-CREATE TABLE IF NOT EXISTS decisions (
-    decision_id TEXT PRIMARY KEY,
-    agent_id TEXT NOT NULL,
-    item_id TEXT NOT NULL,
-    chat_id INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    value TEXT NOT NULL,
-    reason TEXT,
-    user_id INTEGER NOT NULL,
-    user_name TEXT NOT NULL,
-    at INTEGER NOT NULL,
-    envelope_id TEXT NOT NULL,
-    UNIQUE (agent_id, item_id)
-);
-CREATE TABLE IF NOT EXISTS reported (
-    agent_id TEXT NOT NULL,
-    item_id TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    outcome_by TEXT,
-    outcome_at INTEGER,
-    PRIMARY KEY (agent_id, item_id)
-);
-CREATE TABLE IF NOT EXISTS outbox (
-    envelope_id TEXT PRIMARY KEY,
-    relay_url TEXT NOT NULL,
-    envelope_json TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    sent_at INTEGER
-);
-CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (relay_url, sent_at);
-CREATE TABLE IF NOT EXISTS replay (
-    envelope_id TEXT PRIMARY KEY,
-    ts INTEGER NOT NULL,
-    seen_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pairings (
-    agent_id TEXT PRIMARY KEY,
-    relay_url TEXT NOT NULL,
-    card_json TEXT NOT NULL,
-    chat_id INTEGER NOT NULL,
-    topic_id INTEGER,
-    requested_by INTEGER,
-    created_at INTEGER NOT NULL,
-    accepted_at INTEGER
-);
-CREATE TABLE IF NOT EXISTS pairing_rejections (
-    agent_id TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS users (
-    user_id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    username TEXT
-);
-CREATE TABLE IF NOT EXISTS updates (
-    update_id INTEGER PRIMARY KEY,
-    body TEXT NOT NULL,
-    done INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS updates_pending ON updates (done, update_id);
-CREATE TABLE IF NOT EXISTS audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    at INTEGER NOT NULL,
-    event TEXT NOT NULL,
-    chat_id INTEGER,
-    agent_id TEXT,
-    item_id TEXT,
-    user_id INTEGER,
-    user_name TEXT,
-    detail TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX IF NOT EXISTS audit_chat ON audit (chat_id, seq);
-CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
-CREATE TABLE IF NOT EXISTS grants (
-    agent_id TEXT NOT NULL,
-    grant_id TEXT NOT NULL,
-    key TEXT NOT NULL,
-    label TEXT NOT NULL,
-    granted_by TEXT NOT NULL,
-    granted_at INTEGER,
-    expires_at INTEGER,
-    uses INTEGER NOT NULL DEFAULT 0,
-    token TEXT NOT NULL UNIQUE,
-    state TEXT NOT NULL DEFAULT 'active',
-    revoke_by TEXT,
-    revoke_at INTEGER,
-    ended_at INTEGER,
-    PRIMARY KEY (agent_id, grant_id)
-);
-CREATE TABLE IF NOT EXISTS granted (
-    agent_id TEXT NOT NULL,
-    item_id TEXT NOT NULL,
-    chat_id INTEGER NOT NULL,
-    label TEXT NOT NULL,
-    minutes INTEGER NOT NULL,
-    until INTEGER NOT NULL,
-    user_name TEXT NOT NULL,
-    PRIMARY KEY (agent_id, item_id)
-);
-CREATE TABLE IF NOT EXISTS activity (
-    agent_id TEXT NOT NULL,
-    entry_id TEXT NOT NULL,
-    tool TEXT NOT NULL,
-    summary TEXT NOT NULL,
-    grant_id TEXT,
-    at INTEGER NOT NULL,
-    PRIMARY KEY (agent_id, entry_id)
-);
-CREATE TABLE IF NOT EXISTS notes (
-    note_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind TEXT NOT NULL,
-    chat_id INTEGER NOT NULL,
-    topic_id INTEGER,
-    message_id INTEGER,
-    opened_at INTEGER NOT NULL,
-    dirty INTEGER NOT NULL DEFAULT 1
-);
-CREATE INDEX IF NOT EXISTS notes_chat ON notes (chat_id, kind, opened_at);
-CREATE TABLE IF NOT EXISTS note_lines (
-    note_id INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    agent_id TEXT NOT NULL,
-    ref TEXT NOT NULL,
-    PRIMARY KEY (note_id, seq)
-);
-CREATE INDEX IF NOT EXISTS note_lines_ref ON note_lines (agent_id, ref);
-"""
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS peers (
+        agent_id TEXT PRIMARY KEY,
+        relay_url TEXT NOT NULL,
+        card_json TEXT NOT NULL,
+        name TEXT NOT NULL,
+        paired_at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS bindings (
+        agent_id TEXT NOT NULL,
+        chat_id INTEGER NOT NULL,
+        topic_id INTEGER,
+        bound_at INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, chat_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS chats (
+        chat_id INTEGER PRIMARY KEY,
+        title TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL DEFAULT 'private',
+        forbidden INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE IF NOT EXISTS chat_aliases (
+        old_id INTEGER PRIMARY KEY,
+        new_id INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS chat_admins (
+        chat_id INTEGER NOT NULL,
+        user_id INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        fetched_at INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, user_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS agent_state (
+        agent_id TEXT PRIMARY KEY,
+        last_rev INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS items (
+        agent_id TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        body_json TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'open',
+        outcome_by TEXT,
+        outcome_at INTEGER,
+        outcome_chat_id INTEGER,
+        outcome_reason TEXT,
+        expires_at INTEGER,
+        remind_at INTEGER,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, item_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS items_open ON items (state, expires_at)",
+    "CREATE INDEX IF NOT EXISTS items_agent ON items (agent_id, state)",
+    "CREATE INDEX IF NOT EXISTS items_remind ON items (state, remind_at)",
+    """CREATE TABLE IF NOT EXISTS cards (
+        card_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent_id TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        chat_id INTEGER NOT NULL,
+        topic_id INTEGER,
+        token TEXT NOT NULL UNIQUE,
+        message_id INTEGER,
+        dirty INTEGER NOT NULL DEFAULT 1,
+        attachment_sent INTEGER NOT NULL DEFAULT 0,
+        reminder TEXT NOT NULL DEFAULT 'none',
+        posted_at INTEGER,
+        UNIQUE (agent_id, item_id, chat_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS cards_dirty ON cards (dirty, chat_id)",
+    """CREATE INDEX IF NOT EXISTS cards_edits ON cards (chat_id, card_id)
+        WHERE dirty > 0 AND message_id IS NOT NULL""",
+    """CREATE TABLE IF NOT EXISTS votes (
+        card_id INTEGER NOT NULL,
+        user_id INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (card_id, user_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS prompts (
+        chat_id INTEGER NOT NULL,
+        message_id INTEGER NOT NULL,
+        card_id INTEGER NOT NULL,
+        user_id INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, message_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS decisions (
+        decision_id TEXT PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        chat_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        value TEXT NOT NULL,
+        reason TEXT,
+        user_id INTEGER NOT NULL,
+        user_name TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        envelope_id TEXT NOT NULL,
+        UNIQUE (agent_id, item_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS reported (
+        agent_id TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        outcome_by TEXT,
+        outcome_at INTEGER,
+        PRIMARY KEY (agent_id, item_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS outbox (
+        envelope_id TEXT PRIMARY KEY,
+        relay_url TEXT NOT NULL,
+        envelope_json TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        sent_at INTEGER
+    )""",
+    "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (relay_url, sent_at)",
+    """CREATE TABLE IF NOT EXISTS replay (
+        envelope_id TEXT PRIMARY KEY,
+        ts INTEGER NOT NULL,
+        seen_at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS pairings (
+        agent_id TEXT PRIMARY KEY,
+        relay_url TEXT NOT NULL,
+        card_json TEXT NOT NULL,
+        chat_id INTEGER NOT NULL,
+        topic_id INTEGER,
+        requested_by INTEGER,
+        created_at INTEGER NOT NULL,
+        accepted_at INTEGER
+    )""",
+    """CREATE TABLE IF NOT EXISTS pairing_rejections (
+        agent_id TEXT PRIMARY KEY,
+        reason TEXT NOT NULL,
+        at INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS users (
+        user_id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        username TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS updates (
+        update_id INTEGER PRIMARY KEY,
+        body TEXT NOT NULL,
+        done INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX IF NOT EXISTS updates_pending ON updates (done, update_id)",
+    """CREATE TABLE IF NOT EXISTS audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        chat_id INTEGER,
+        agent_id TEXT,
+        item_id TEXT,
+        user_id INTEGER,
+        user_name TEXT,
+        detail TEXT NOT NULL DEFAULT '{}'
+    )""",
+    "CREATE INDEX IF NOT EXISTS audit_chat ON audit (chat_id, seq)",
+    """CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END""",
+    """CREATE TABLE IF NOT EXISTS grants (
+        agent_id TEXT NOT NULL,
+        grant_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        label TEXT NOT NULL,
+        granted_by TEXT NOT NULL,
+        granted_at INTEGER,
+        expires_at INTEGER,
+        uses INTEGER NOT NULL DEFAULT 0,
+        token TEXT NOT NULL UNIQUE,
+        state TEXT NOT NULL DEFAULT 'active',
+        revoke_by TEXT,
+        revoke_at INTEGER,
+        ended_at INTEGER,
+        PRIMARY KEY (agent_id, grant_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS granted (
+        agent_id TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        chat_id INTEGER NOT NULL,
+        label TEXT NOT NULL,
+        minutes INTEGER NOT NULL,
+        until INTEGER NOT NULL,
+        user_name TEXT NOT NULL,
+        PRIMARY KEY (agent_id, item_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS activity (
+        agent_id TEXT NOT NULL,
+        entry_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        grant_id TEXT,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, entry_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS notes (
+        note_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        chat_id INTEGER NOT NULL,
+        topic_id INTEGER,
+        message_id INTEGER,
+        opened_at INTEGER NOT NULL,
+        dirty INTEGER NOT NULL DEFAULT 1
+    )""",
+    "CREATE INDEX IF NOT EXISTS notes_chat ON notes (chat_id, kind, opened_at)",
+    """CREATE TABLE IF NOT EXISTS note_lines (
+        note_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        agent_id TEXT NOT NULL,
+        ref TEXT NOT NULL,
+        PRIMARY KEY (note_id, seq)
+    )""",
+    "CREATE INDEX IF NOT EXISTS note_lines_ref ON note_lines (agent_id, ref)",
+)
+
+
+MIGRATIONS: Final[tuple[Step, ...]] = (
+    # Every table is made only if missing: a file from before versioned migrations holds
+    # them already, with its version in a ``meta`` table that this step drops.
+    (*_SCHEMA, "DROP TABLE IF EXISTS meta"),
+)
+"""The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
+SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 
 class Database:
@@ -268,24 +273,10 @@ class Database:
     @classmethod
     def open(cls, path: Path) -> Database:
         """Open (creating if needed) the database at ``path`` and bring its schema up to date."""
-        try:
-            _create_private(path)
-            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            connection.row_factory = sqlite3.Row
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute("PRAGMA busy_timeout=5000")
-            # SQLite would copy the write-ahead log into the file inside a commit, on the
-            # caller's thread, taking tens of milliseconds: :meth:`checkpoint` does it.
-            connection.execute("PRAGMA wal_autocheckpoint=0")
-            # A savepoint keeps the pages it changes, to undo them, in a temporary file
-            # otherwise: a write for every page each envelope of a batch changes.
-            connection.execute("PRAGMA temp_store=MEMORY")
-            _migrate(connection, path)
-        except sqlite3.Error as exc:
-            raise store_error(unusable_database(path, exc), exc) from exc
-        except OSError as exc:
-            raise StoreError(unusable_database(path, exc)) from exc
+        # SQLite would copy the write-ahead log into the file inside a commit, on the
+        # caller's thread, taking tens of milliseconds: :meth:`checkpoint` does it.
+        connection = open_sqlite(path, PLACE, MIGRATIONS, pragmas=("wal_autocheckpoint=0",))
+        connection.row_factory = sqlite3.Row
         return cls(connection, path)
 
     def close(self) -> None:
@@ -303,8 +294,8 @@ class Database:
             raise store_error(f"cannot checkpoint {self.path}: {exc}", exc) from exc
 
     def schema_version(self) -> int:
-        row = self.one("SELECT value FROM meta WHERE key = 'schema_version'")
-        return int(row["value"]) if row else 0
+        row = self.one("PRAGMA user_version")
+        return int(row[0]) if row else 0
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[None]:
@@ -429,31 +420,3 @@ class Database:
         with self._lock:
             return list(self.run(sql, params).fetchall())
 
-
-def unusable_database(path: Path, error: sqlite3.Error | OSError) -> str:
-    """One line saying why the state database at ``path`` cannot be opened."""
-    return str(describe_store("the state database", path, error, folder="the state folder",
-                              setting="state.dir"))
-
-
-def _create_private(path: Path) -> None:
-    """Create the database file 0600 in a 0700 folder before SQLite does, so decrypted
-    items are never readable by others (SQLite gives ``-wal`` and ``-shm`` the same mode)."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-
-
-def _migrate(connection: sqlite3.Connection, path: Path) -> None:
-    """Create the tables of :data:`SCHEMA_VERSION`; refuse a file from a newer version."""
-    connection.executescript(_SCHEMA)
-    version = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if version is None:
-        connection.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
-    elif int(version["value"]) > SCHEMA_VERSION:
-        raise StoreError(
-            f"{path} was written by a newer skald-telegram "
-            f"(schema {version['value']}, this one knows {SCHEMA_VERSION})"
-        )
