@@ -80,14 +80,18 @@ class QueueWriter:
 
     def put(self, item: Incoming) -> PendingSend:
         """Queue a checked envelope in the next transaction; its pending answer."""
-        results = self._schedule()
+        self._batch_ready.set()  # _schedule written out: put and ack run once per frame
+        if (results := self._batch_written) is None:
+            results = self._batch_written = asyncio.get_running_loop().create_future()
         puts = self._batch.puts
         puts.append(item)
         return PendingSend(item.envelope_id, results, len(puts) - 1)
 
     def ack(self, session_id: str, envelope_id: str) -> None:
         """Forget an acknowledged envelope in the next transaction."""
-        self._schedule()
+        self._batch_ready.set()  # _schedule written out (see put)
+        if self._batch_written is None:
+            self._batch_written = asyncio.get_running_loop().create_future()
         self._batch.acks.append(Acknowledged(session_id, envelope_id))
 
     def connected(self, session_id: str) -> asyncio.Future[list[PutResult | None]]:

@@ -158,9 +158,8 @@ class Session:
         """Stream the session's queue, oldest first, then whatever arrives for it, once
         ``written`` (the transaction recording the session) is; at most
         ``DELIVER_WINDOW`` deliveries wait for their acks at any time."""
-        session = self
         last_seq = 0
-        session.window_open.set()
+        self.window_open.set()
         if written is not None:
             await asyncio.shield(written)  # shared with other sessions: never cancel it
 
@@ -169,37 +168,37 @@ class Session:
             it allows at once in one write."""
             nonlocal last_seq
             while items:
-                await session.window_open.wait()
+                await self.window_open.wait()
                 frames, size = [], 0
-                while items and session.window_open.is_set() and size < WRITE_BYTES:
+                while items and self.window_open.is_set() and size < WRITE_BYTES:
                     item = items.popleft()
                     if item.seq <= last_seq:
                         continue  # already sent from disk
                     frames.append(deliver_frame(item.body))
-                    session.delivered(item.envelope_id, item.size)
+                    self.delivered(item.envelope_id, item.size)
                     size += item.size
                     last_seq = item.seq
                 if frames:
-                    await session.ws.send_texts(frames)
-                    session.active = time.monotonic()
+                    await self.ws.send_texts(frames)
+                    self.active = time.monotonic()
 
         try:
             while True:
-                await session.wakeup.wait()
-                session.wakeup.clear()
-                if not session.caught_up:
+                await self.wakeup.wait()
+                self.wakeup.clear()
+                if not self.caught_up:
                     while page := queue.pending(
-                        session.id,
+                        self.id,
                         after_seq=last_seq,
                         limit=min(DELIVER_PAGE, DELIVER_WINDOW),
                         max_bytes=DELIVER_PAGE_BYTES,
                     ):
                         await send(deque(page))
-                    session.caught_up = True
-                await send(session.handed)
+                    self.caught_up = True
+                await send(self.handed)
         except ConnectionClosed:
             return
         except StoreError as exc:
             health.failed(exc)
-            log.debug("closing session %s: the relay queue failed", session.id)
-            await session.ws.close(CloseCode.INTERNAL_ERROR, "relay queue failed")
+            log.debug("closing session %s: the relay queue failed", self.id)
+            await self.ws.close(CloseCode.INTERNAL_ERROR, "relay queue failed")
