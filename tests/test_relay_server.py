@@ -24,16 +24,13 @@ from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.protocol.relayauth import auth_frame
+from bot.relay.admission import address_key
 from bot.relay.frames import DELIVER_WINDOW, encode_envelope
+from bot.relay.handshake import PRE_AUTH_FRAME_BYTES
 from bot.relay.limits import ConnectionLimits
 from bot.relay.queue import Batch, Incoming, PutResult, RelayQueue
-from bot.relay.server import (
-    MAX_REFUSED_FRAMES,
-    PRE_AUTH_FRAME_BYTES,
-    WARNINGS_PER_MINUTE,
-    RelayServer,
-    address_key,
-)
+from bot.relay.refusals import MAX_REFUSED_FRAMES, WARNINGS_PER_MINUTE
+from bot.relay.server import RelayServer
 
 TIMEOUT = 5.0
 

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Final, TypeAlias
 
 from bot.errors import PayloadError, ProtocolError
@@ -29,7 +30,7 @@ from bot.protocol.identity import SIGNATURE_BYTES, is_id
 
 MAX_FRAME_BYTES: Final = 2 * MAX_ENVELOPE_BYTES
 """Frames up to this size are read and answered (an oversized envelope gets ``too_large``);
-larger WebSocket messages are refused by the transport itself (close code 1009)."""
+larger WebSocket messages are refused by the transport itself (``CloseCode.MESSAGE_TOO_BIG``)."""
 
 NONCE_BYTES: Final = 32
 
@@ -37,6 +38,16 @@ DELIVER_WINDOW: Final = 256
 """The relay sends at most this many ``deliver`` frames ahead of the client's acks, so a
 client can read all of them (and keep answering pings) while its handler works through
 them."""
+
+
+class RelayCloseCode(IntEnum):
+    """The relay's own close codes (protocol §4), beside the standard ones of
+    :class:`websockets.frames.CloseCode`."""
+
+    AUTH_FAILED = 4401
+    AUTH_TIMEOUT = 4408
+    REPLACED = 4409
+    """A newer session of the same id took over."""
 
 
 class ErrorCode:
