@@ -555,19 +555,24 @@ class AgentHost:
     async def _expire_forever(self) -> None:
         while True:
             self._expiry_wake.clear()
-            now = self._clock.now_ms()
-            deadlines = [t for t in (self.store.next_expiry(), self.store.next_grant_expiry(now))
-                         if t is not None]
-            deadline = min(deadlines) if deadlines else None
-            delay = EXPIRY_TICK_S if deadline is None else (deadline - self._clock.now_ms()) / 1000
-            if delay > 0:
-                await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
             try:
                 self.expire_due()
+                delay = self._until_next_expiry()
             except StoreError as exc:  # the store's health logs it, once a minute at most
                 log.debug("cannot expire items: %s", exc)
+                delay = EXPIRY_TICK_S  # tried again next tick, not at once
             except SkaldError as exc:
                 log.error("cannot expire items: %s", exc)
+                delay = EXPIRY_TICK_S
+            if delay > 0:
+                await self._clock.wait(self._expiry_wake, min(delay, EXPIRY_TICK_S))
+
+    def _until_next_expiry(self) -> float:
+        """Seconds until the next item or grant runs out (a tick when none is due)."""
+        now = self._clock.now_ms()
+        deadlines = [t for t in (self.store.next_expiry(), self.store.next_grant_expiry(now))
+                     if t is not None]
+        return EXPIRY_TICK_S if not deadlines else (min(deadlines) - now) / 1000
 
     def lapse_if_off_relay(self) -> None:
         """End every grant in force once the host has been off the relay for longer than
