@@ -23,6 +23,7 @@ from bot.errors import PayloadError
 from bot.protocol.encoding import args_sha256, canonical_json, is_int, loads_limited
 from bot.protocol.wire import (
     ABSENT,
+    FIRST,
     KINDS,
     LENIENT,
     LOCAL,
@@ -37,7 +38,6 @@ from bot.protocol.wire import (
     Range,
     declared,
     read,
-    read_field,
     write,
 )
 from bot.protocol.wire import (
@@ -250,8 +250,8 @@ class InboxUpdate:
 
     rev: int
     agent_name: Annotated[str, At(("agent", "name")), IfAbsent("")]
-    approvals: tuple[Approval, ...] = ()
-    clarifications: tuple[Clarification, ...] = ()
+    approvals: Annotated[tuple[Approval, ...], FIRST] = ()
+    clarifications: Annotated[tuple[Clarification, ...], FIRST] = ()
     resolved: tuple[ResolvedItem, ...] = ()
     grants: Annotated[tuple[Grant, ...], Items(MAX_GRANTS, unique="id"), OMIT_EMPTY] = ()
     """The grants now in force (§3.1); empty when absent."""
@@ -494,11 +494,9 @@ def parse_inbox_update(body: object) -> InboxUpdate:
         raise PayloadError("inbox_update must be a JSON object")
     counted = [body.get(name) for name in ("approvals", "clarifications")]
     check_item_count(sum(len(items) for items in counted if isinstance(items, list)))
-    return inbox_update_around(
-        body,
-        approvals=read_field(InboxUpdate, "approvals", body),
-        clarifications=read_field(InboxUpdate, "clarifications", body),
-    )
+    update = read(InboxUpdate, body)
+    _refuse_duplicate_ids(update.approvals, update.clarifications, ())
+    return update
 
 
 def check_item_count(count: int) -> None:
