@@ -48,7 +48,7 @@ async def test_a_failing_store_is_logged_once_a_minute_and_retried_each_tick(
 ) -> None:
     host, clock = full_host
     caplog.set_level(logging.DEBUG, logger="bot.agenthost")
-    loop = asyncio.create_task(host._expire_forever())
+    loop = asyncio.create_task(host.expiry.run())
     previous = signal.signal(signal.SIGALRM, _never_yielded)
     signal.alarm(20)  # a loop that never yields cannot be stopped otherwise
     try:
