@@ -72,7 +72,7 @@ class Phone:
     async def send(self, payload: Payload) -> None:
         envelope = seal(encode_payload(payload), sender=self.identity,
                         recipient=self.host.identity.card, ts_ms=self.clock())
-        await self.host._on_envelope(envelope.to_json())
+        await self.host.inbound.on_envelope(envelope.to_json())
 
     def received(self) -> list[Payload]:
         """Payloads the host queued for this device since the last call."""
@@ -326,3 +326,17 @@ async def test_a_grant_never_covers_a_call_that_holds_a_credential(
     assert git_status(host, "git status --porcelain").state.value == "approved"
     entries = [e for p in phone.received() if isinstance(p, Activity) for e in p.entries]
     assert [e.summary for e in entries] == ["run: git status --porcelain"]
+
+
+async def test_an_edited_decision_is_refused_and_the_approval_stays_open(
+        world: tuple[AgentHost, Phone, Clock]) -> None:
+    # The host lists no editable keys: an approval of edited arguments must not run the
+    # call as it was shown, nor any other.
+    host, phone, _ = world
+    item = git_status(host)
+    edited = {**item.wire["arguments"], "command": "git push --force"}
+    await phone.send(ApprovalDecision(
+        str(uuid.uuid4()), item.item_id, "approve", None, ADA, "2027-01-15T08:00:00Z",
+        args_sha256(item.wire["arguments"]), arguments=edited,
+        edited_sha256=args_sha256(edited)))
+    assert host.get(item.item_id).pending

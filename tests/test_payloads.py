@@ -580,3 +580,63 @@ def test_items_round_trip_through_their_wire_form() -> None:
     assert again == approval and again.arguments == {"a": [1]}
     question = parse_clarification({"id": "c", "question": "q", "options": ["a"]})
     assert parse_clarification(item_to_wire(question)) == question
+
+
+# -- the spec's edit fields (§3.1 editable, §3.3 edited arguments) ---------------------------
+
+
+def test_an_approval_lists_the_keys_a_person_may_edit() -> None:
+    approval = parse_approval(_approval(arguments={"command": "ls", "timeout": 5},
+                                        editable=["command"]))
+    assert approval.editable == ("command",)
+    assert item_to_wire(approval)["editable"] == ["command"]
+    assert "editable" not in item_to_wire(parse_approval(_approval()))
+
+
+@pytest.mark.parametrize(("editable", "arguments", "message"), [
+    (["command"] * 2, {"command": "ls"}, "duplicate"),
+    ([f"k{i}" for i in range(17)], {f"k{i}": 1 for i in range(17)}, "at most 16"),
+    (["other"], {"command": "ls"}, "editable lists a key"),
+    (["command"], None, "editable lists a key"),
+    ([1], {"command": "ls"}, "editable must be strings"),
+    ("command", {"command": "ls"}, "editable must be a list"),
+])
+def test_a_bad_editable_list_refuses_the_approval(
+        editable: Any, arguments: Any, message: str) -> None:
+    with pytest.raises(PayloadError, match=message) as refused:
+        parse_approval(_approval(arguments=arguments, editable=editable))
+    assert "secret" not in str(refused.value)
+
+
+def _edited(**fields: Any) -> bytes:
+    body = {"decision_id": "d", "approval_id": "a", "decision": "approve", "reason": None,
+            "decided_by": {"name": "Ada"}, "decided_at": "2026-11-29T10:03:12Z",
+            "args_sha256": "h", **fields}
+    return _payload("approval_decision", body)
+
+
+def test_an_edited_decision_carries_the_arguments_and_their_digest() -> None:
+    edited = {"command": "ls -la"}
+    decision = parse_payload(_edited(arguments=edited, edited_sha256=args_sha256(edited)))
+    assert isinstance(decision, ApprovalDecision)
+    assert decision.arguments == edited and decision.edited_sha256 == args_sha256(edited)
+    assert parse_payload(encode_payload(decision)) == decision
+    assert json.loads(encode_payload(decision))["body"]["arguments"] == edited
+    assert "arguments" not in json.loads(encode_payload(EVERY_KIND[2]))["body"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"arguments": {"command": "secret"}}, "edited_sha256"),
+    ({"edited_sha256": "x"}, "edited_sha256"),
+    ({"arguments": ["secret"], "edited_sha256": args_sha256(["secret"])}, "JSON object"),
+    ({"arguments": {"command": "secret"}, "edited_sha256": args_sha256({})}, "not the digest"),
+    ({"decision": "deny", "arguments": {"c": "secret"},
+      "edited_sha256": args_sha256({"c": "secret"})}, "a deny never carries arguments"),
+    ({"grant": {"key": "k", "minutes": 5}, "arguments": {"c": "secret"},
+      "edited_sha256": args_sha256({"c": "secret"})}, "never carries a grant"),
+])
+def test_an_edit_that_breaks_the_rules_is_refused_without_its_values(
+        fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(PayloadError, match=message) as refused:
+        parse_payload(_edited(**fields))
+    assert "secret" not in str(refused.value)

@@ -165,6 +165,10 @@ def decide(item: Item, decision: ApprovalDecision, now_ms: int) -> Item | Refuse
         return Refused("args_sha256 does not match the arguments shown")
     if decision.decision not in ("approve", "deny"):
         return Refused(f"unknown decision {decision.decision!r}")
+    if decision.arguments is not None:
+        # The host lists no editable keys, so every edit breaks §3.3: running the call as
+        # shown would run something other than what was approved.
+        return Refused("edited arguments, and the approval lists no editable keys")
     state = State.APPROVED if decision.decision == "approve" else State.DENIED
     return replace(
         item,

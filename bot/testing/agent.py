@@ -5,7 +5,10 @@ It keeps an inbox of approvals and clarifications, pairs devices with one-time p
 URIs, pushes a complete ``inbox_update`` to every paired device on every change, and
 applies the decisions and answers it receives (protocol §3, §5). Everything is held in
 memory: outgoing envelopes in a :class:`~bot.relay.client.MemoryOutbox`, the replay set in
-a :class:`~bot.testing.replay.MemoryReplayGuard`.
+a :class:`~bot.testing.replay.MemoryReplayGuard`. A payload a device sends goes to the
+handler :data:`HANDLERS` registers for its type; its grants are
+:class:`~bot.testing.agent_grants.AgentGrants`, its pairing secrets
+:class:`~bot.testing.agent_pairing.PairingSecrets`.
 """
 
 from __future__ import annotations
@@ -13,21 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from bot.clock import SYSTEM_CLOCK, Clock, from_ms
-from bot.errors import EnvelopeRefused, PairingError, ProtocolError
+from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.envelope import Opened, open_envelope, seal
 from bot.protocol.identity import Identity, PublicCard
-from bot.protocol.pairing import (
-    SECRET_BYTES,
-    device_public_card,
-    format_pairing_uri,
-    verify_pair_request,
-)
+from bot.protocol.pairing import device_public_card, format_pairing_uri
 from bot.protocol.payloads import (
     ApprovalDecision,
     ClarificationAnswer,
@@ -38,6 +35,8 @@ from bot.protocol.payloads import (
     raw_payload,
 )
 from bot.relay.client import MemoryOutbox, RelayClient, one_at_a_time
+from bot.testing.agent_grants import AgentGrants, activity_id
+from bot.testing.agent_pairing import PairingSecrets
 from bot.testing.replay import MemoryReplayGuard
 
 log = logging.getLogger(__name__)
@@ -73,16 +72,13 @@ class Agent:
         self.received: list[Payload] = []
         """Every payload accepted, in order (including ones the agent only ignores)."""
         self.revokes: list[GrantRevoke] = []
-        self._grants: dict[str, dict[str, object]] = {}
-        self._grant_ends: dict[str, int] = {}
         self._clock = clock
+        self._grants = AgentGrants(clock)
         self._rev = clock.now_ms()
         self._approvals: dict[str, dict[str, object]] = {}
         self._clarifications: dict[str, dict[str, object]] = {}
         self._resolved: list[dict[str, object]] = []
-        self._secrets: list[bytes] = []
-        self._used_secrets: list[bytes] = []
-        self._rejected_at: dict[str, int] = {}
+        self._pairing = PairingSecrets()
         self._seen_ids: set[str] = set()
         self._replay = MemoryReplayGuard()
         self._outbox = MemoryOutbox()
@@ -142,9 +138,7 @@ class Agent:
 
     def new_pairing_uri(self) -> str:
         """A pairing URI with a fresh one-time secret."""
-        secret = os.urandom(SECRET_BYTES)
-        self._secrets.append(secret)
-        return format_pairing_uri(self.relay_url, self.identity.card, secret)
+        return format_pairing_uri(self.relay_url, self.identity.card, self._pairing.new())
 
     def inbox(self) -> dict[str, object]:
         """The current ``inbox_update`` body."""
@@ -161,23 +155,16 @@ class Agent:
 
     def grants_in_force(self) -> list[dict[str, object]]:
         """The grants given with approvals that have neither expired nor been revoked."""
-        now = self._clock.now_ms()
-        return [dict(grant) for grant_id, grant in self._grants.items()
-                if self._grant_ends[grant_id] > now]
+        return self._grants.in_force()
 
     def run_covered(self, key: str, tool: str, summary: str) -> str | None:
         """A call under ``key``: when a grant in force covers it, count the use, tell every
         device in an ``activity`` entry and return the grant's id; else None (ask)."""
-        now = self._clock.now_ms()
-        for grant_id, grant in self._grants.items():
-            if grant["key"] == key and self._grant_ends[grant_id] > now:
-                grant["uses"] = int(str(grant["uses"])) + 1
-                entry: dict[str, object] = {
-                    "id": f"act_{os.urandom(6).hex()}", "tool": tool, "summary": summary,
-                    "grant_id": grant_id, "at": self._now_text()}
-                self.send_activity([entry])
-                return grant_id
-        return None
+        grant_id = self._grants.covering(key)
+        if grant_id is not None:
+            self.send_activity([{"id": activity_id(), "tool": tool, "summary": summary,
+                                 "grant_id": grant_id, "at": self._now_text()}])
+        return grant_id
 
     def send_activity(self, entries: list[dict[str, object]]) -> None:
         for device_id in self.peers:
@@ -185,34 +172,6 @@ class Agent:
 
     def push_inbox(self) -> None:
         """Send the current inbox to every device (e.g. after a grant expired)."""
-        self._changed_inbox()
-
-    def _grant(self, approval: dict[str, object], decision: ApprovalDecision) -> None:
-        """Apply a decision's grant if it names the key offered for that approval."""
-        requested = decision.grant
-        if requested is None:
-            return
-        offer = approval.get("grant_offer")
-        if not isinstance(offer, dict) or offer.get("key") != requested.key:
-            self._refuse(f"decision {decision.decision_id}: grant for a key not offered")
-            return
-        minutes = min(requested.minutes, int(offer.get("max_minutes", 0)))
-        grant_id = f"gr_{len(self._grants) + 1}"
-        now = self._clock.now_ms()
-        self._grant_ends[grant_id] = now + minutes * 60_000
-        self._grants[grant_id] = {
-            "id": grant_id, "key": requested.key, "label": offer.get("label", requested.key),
-            "granted_by": {"name": decision.decided_by.name,
-                           "telegram_user_id": decision.decided_by.telegram_user_id},
-            "granted_at": self._now_text(),
-            "expires_at": format_rfc3339(from_ms(self._grant_ends[grant_id])),
-            "uses": 0,
-        }
-
-    def _revoke(self, revoke: GrantRevoke) -> None:
-        self.revokes.append(revoke)
-        if self._grants.pop(revoke.grant_id, None) is not None:
-            self._grant_ends.pop(revoke.grant_id, None)
         self._changed_inbox()
 
     def submit_approval(self, approval: dict[str, object]) -> None:
@@ -294,54 +253,44 @@ class Agent:
         self._changed.set()
 
     def _apply(self, opened: Opened) -> None:
-        payload = opened.payload
-        if isinstance(payload, PairRequest):
-            self._pair(payload)
-        elif isinstance(payload, InboxRequest):
-            self.send_raw(opened.sender.id, "inbox_update", self.inbox())
-        elif isinstance(payload, ApprovalDecision):
-            self._decide(opened.sender.id, payload)
-        elif isinstance(payload, ClarificationAnswer):
-            self._answer(opened.sender.id, payload)
-        elif isinstance(payload, GrantRevoke):
-            self._revoke(payload)
+        handler = HANDLERS.get(type(opened.payload))
+        if handler is None:
+            log.debug("agent %s ignored a %s", self.identity.id, type(opened.payload).__name__)
         else:
-            log.debug("agent %s ignored a %s", self.identity.id, type(payload).__name__)
+            handler(self, opened.sender.id, opened.payload)
 
-    def _pair(self, request: PairRequest) -> None:
-        for secret in self._secrets:
-            try:
-                card = verify_pair_request(request, secret=secret, agent_id=self.identity.id)
-            except PairingError:
-                continue
-            self._secrets.remove(secret)
-            self._used_secrets.append(secret)
-            self.peers[card.id] = card
-            log.info("agent %s paired with %s", self.identity.id, card.id)
-            agent = {"id": self.identity.id, "name": self.identity.name}
-            self.send_raw(card.id, "pair_accept", {"agent": agent, "device_id": card.id})
-            self.send_raw(card.id, "inbox_update", self.inbox())
+    def _pair(self, device_id: str, request: PairRequest) -> None:
+        card = self._pairing.accept(request, self.identity.id)
+        if card is None:
+            self._refuse(f"pair_request from {request.device.id}: no open pairing secret "
+                         "matches")
+            self._reject_pairing(request)
             return
-        self._refuse(f"pair_request from {request.device.id}: no open pairing secret matches")
-        self._reject_pairing(request)
+        self.peers[card.id] = card
+        log.info("agent %s paired with %s", self.identity.id, card.id)
+        agent = {"id": self.identity.id, "name": self.identity.name}
+        self.send_raw(card.id, "pair_accept", {"agent": agent, "device_id": card.id})
+        self.send_raw(card.id, "inbox_update", self.inbox())
 
     def _reject_pairing(self, request: PairRequest) -> None:
-        """Say why (§5): ``used`` for a secret that paired a device already, else
-        ``unknown``; at most one ``pair_reject`` per device a second."""
+        """Say why (§5), at most one ``pair_reject`` per device a second."""
         card = device_public_card(request.device)
         now = self._clock.now_ms()
-        if now - self._rejected_at.get(card.id, -1000) < 1000:
+        if not self._pairing.may_reject(card.id, now):
             return
-        self._rejected_at[card.id] = now
-        reason = "unknown"
-        for secret in self._used_secrets:
-            with contextlib.suppress(PairingError):
-                verify_pair_request(request, secret=secret, agent_id=self.identity.id)
-                reason = "used"
+        reason = self._pairing.reject_reason(request, self.identity.id)
         envelope = seal(raw_payload("pair_reject", {"reason": reason}), sender=self.identity,
                         recipient=card, ts_ms=now)
         self._outbox.add(self.relay_url, envelope.to_json())
         self._client.wake()
+
+    def _send_inbox(self, device_id: str, request: InboxRequest) -> None:
+        self.send_raw(device_id, "inbox_update", self.inbox())
+
+    def _revoke(self, device_id: str, revoke: GrantRevoke) -> None:
+        self.revokes.append(revoke)
+        self._grants.revoke(revoke.grant_id)
+        self._changed_inbox()
 
     def _decide(self, device_id: str, decision: ApprovalDecision) -> None:
         if decision.decision_id in self._seen_ids:
@@ -354,9 +303,15 @@ class Agent:
         if args_sha256(approval.get("arguments")) != decision.args_sha256:
             self._refuse(f"decision {decision.decision_id}: args_sha256 does not match")
             return
+        if decision.arguments is not None:
+            self._refuse(f"decision {decision.decision_id}: edited arguments, and the "
+                         "approval lists no editable keys")
+            return
         self._seen_ids.add(decision.decision_id)
         self.decisions.append(decision)
-        self._grant(approval, decision)
+        refused = self._grants.give(approval, decision)
+        if refused is not None:
+            self._refuse(f"decision {decision.decision_id}: {refused}")
         outcome = "approved" if decision.decision == "approve" else "denied"
         self.resolve(decision.approval_id, outcome, by=decision.decided_by.name)
 
@@ -370,6 +325,17 @@ class Agent:
         self._seen_ids.add(answer.answer_id)
         self.answers.append(answer)
         self.resolve(answer.clarification_id, "answered", by=answer.answered_by.name)
+
+
+HANDLERS: Final[dict[type, Callable[[Agent, str, Any], None]]] = {
+    PairRequest: Agent._pair,
+    InboxRequest: Agent._send_inbox,
+    ApprovalDecision: Agent._decide,
+    ClarificationAnswer: Agent._answer,
+    GrantRevoke: Agent._revoke,
+}
+"""The payload types the agent takes from a device (by the sender's id), each with its
+handler."""
 
 
 def _item_id(item: dict[str, object]) -> str:

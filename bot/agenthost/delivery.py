@@ -1,0 +1,133 @@
+"""The agent host's changes and what they deliver: one store transaction per change, the
+envelopes it queues in the durable outbox for the paired devices (an ``inbox_update``, a
+``notification``, an ``activity`` entry), and what runs once it has committed (log lines,
+what the host remembers, programs waiting on an item woken).
+
+A change that fails leaves the host as it was: nothing of it is logged, remembered or woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+
+from bot.agenthost import items as it
+from bot.agenthost.items import Item
+from bot.agenthost.store import AgentStore
+from bot.clock import Clock
+from bot.protocol.envelope import seal
+from bot.protocol.identity import Identity, PublicCard
+from bot.protocol.payloads import raw_payload
+
+log = logging.getLogger(__name__)
+
+Committed = list[Callable[[], None]]
+"""What a change runs once it has committed, in order."""
+
+
+class Delivery:
+    """The paired devices, the changes made for them and the programs waiting on items."""
+
+    def __init__(self, store: AgentStore, identity: Identity, relay_url: str, clock: Clock,
+                 *, notifications: bool = False) -> None:
+        self.store = store
+        self.identity = identity
+        self.relay_url = relay_url
+        self.clock = clock
+        self.notifications = notifications
+        """Also send a ``notification`` twin for every new item."""
+        self.peers = {card.id: card for card, _, _ in store.devices()}
+        self.grants_shown: frozenset[str] | None = None
+        """The grants in force the devices were last told of."""
+        self.on_change: list[Callable[[], None]] = []
+        """Run after every change (the relay client and the expiry loop look again)."""
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._closing = False
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
+
+    @contextlib.contextmanager
+    def change(self) -> Iterator[Committed]:
+        """One store transaction; what the block adds to the list it gets (logs, what the
+        host remembers, waiters to wake) runs once it has committed. A change that fails
+        leaves the host as it was."""
+        committed: Committed = []
+        shown = self.grants_shown
+        try:
+            with self.store.transaction():
+                yield committed
+        except BaseException:
+            self.grants_shown = shown
+            raise
+        for step in committed:
+            step()
+
+    def finish(self, ended: list[Item]) -> None:
+        """Save how items ended and tell every device, in one change."""
+        with self.change():
+            for item in ended:
+                self.store.save_outcome(item)
+            self.broadcast(self.peers.values())
+        self.after_change(ended)
+
+    def broadcast(self, devices: Iterable[PublicCard], *, listing: Item | None = None) -> None:
+        """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction); its
+        ``resolved`` also lists the ended item ``listing``, however long ago it ended."""
+        devices = list(devices)
+        if not devices:
+            return
+        now = self.clock.now_ms()
+        resolved = self.store.recently_resolved(it.MAX_RESOLVED)
+        if listing is not None and all(i.item_id != listing.item_id for i in resolved):
+            resolved.append(listing)
+        body = it.inbox_body(
+            self.store.next_rev(now), self.name, self.store.open_items(), resolved,
+        )
+        grants = self.store.grants_in_force(now)
+        body["grants"] = [grant.wire() for grant in grants]
+        self.grants_shown = frozenset(grant.grant_id for grant in grants)
+        payload = raw_payload("inbox_update", body)
+        for device in devices:
+            self.send(device, payload, now)
+
+    def notify(self, item: Item) -> None:
+        """Queue the ``notification`` twin of a new item for every device."""
+        payload = raw_payload("notification", it.notification_body(item, self.name))
+        for device in self.peers.values():
+            self.send(device, payload, self.clock.now_ms())
+
+    def send(self, device: PublicCard, payload: bytes, now: int) -> None:
+        envelope = seal(payload, sender=self.identity, recipient=device, ts_ms=now)
+        self.store.add_outgoing(self.relay_url, envelope.to_json(), now)
+
+    def after_change(self, ended: Iterable[Item] = ()) -> None:
+        for look_again in self.on_change:
+            look_again()
+        for item in ended:
+            self.wake(item.item_id)
+
+    # -- programs waiting ---------------------------------------------------------------
+
+    async def wait(self, key: str, wait_s: float) -> None:
+        """Until ``key`` (an item id, ``pairing:<id>``) is woken, or ``wait_s`` passed."""
+        if wait_s <= 0 or self._closing:
+            return
+        event = self._waiters.setdefault(key, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), wait_s)
+
+    def wake(self, key: str) -> None:
+        event = self._waiters.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def release_waiters(self) -> None:
+        """Answer every long poll now (the host is stopping) and every later one at once."""
+        self._closing = True
+        for event in self._waiters.values():
+            event.set()
+        self._waiters.clear()
