@@ -63,6 +63,7 @@ from bot.relay.frames import (
     FrameError,
     Ready,
     Sent,
+    UnknownFrameType,
     ack_frame,
     auth_frame_text,
     encode_envelope,
@@ -357,6 +358,10 @@ class RelayClient:
     ) -> None:
         try:
             frame = parse_frame(message)
+        except UnknownFrameType as exc:
+            # Frame types added later (``delivered``, a courtesy to the sender) are ignored.
+            log.debug("relay %s: ignored a frame: %s", self._url, exc.detail)
+            return
         except FrameError as exc:
             log.warning("relay %s: dropped a frame: %s", self._url, exc)
             return
