@@ -40,8 +40,8 @@ RULES = (
     Rule("bot.errors", may=frozenset(), pure=True),
     Rule("bot.clock", may=frozenset(), pure=True),
     Rule("bot.protocol", may=frozenset(), pure=True),
-    Rule("bot.render", may=frozenset({"bot.protocol"}), pure=True),
-    Rule("bot.core", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
+    Rule("bot.core", may=frozenset({"bot.protocol"}), pure=True),
+    Rule("bot.render", may=frozenset({"bot.protocol", "bot.core"}), pure=True),
     Rule("bot.agenthost.describe", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     # Shared adapters and settings.
     Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),

@@ -25,7 +25,7 @@ from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
 from bot.config import Config
 from bot.core.model import CardRow, parse_item
-from bot.core.status import card_status, render_card
+from bot.core.status import card_status
 from bot.errors import (
     ChatMoved,
     ChatUnavailable,
@@ -36,7 +36,7 @@ from bot.errors import (
     Throttled,
 )
 from bot.protocol.payloads import Approval
-from bot.render import Attachment, RenderedCard, Renderer
+from bot.render import Attachment, RenderedCard, Renderer, render_card
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import keyboard
 from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
