@@ -37,7 +37,6 @@ import contextlib
 import enum
 import fcntl
 import logging
-import random
 import struct
 import termios
 from collections.abc import Awaitable, Callable
@@ -49,6 +48,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidURI, WebSocketException
 from websockets.uri import parse_uri
 
+from bot.backoff import Backoff, Retries
 from bot.errors import RelayError, SkaldError, StoreUnavailable
 from bot.protocol.envelope import MAX_ENVELOPE_BYTES
 from bot.protocol.identity import Identity
@@ -195,8 +195,7 @@ class RelayClient:
         self._handler = handler
         self._outbox = outbox
         self._on_ready = on_ready
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
+        self._backoff = Backoff(backoff_initial, backoff_max, jitter=True)
         self._ping_interval = ping_interval
         self._ping_timeout = ping_timeout
         self._open_timeout = open_timeout
@@ -259,7 +258,7 @@ class RelayClient:
             await main
 
     async def _reconnect_forever(self) -> None:
-        delay = self._backoff_initial
+        retries = Retries(self._backoff)
         while True:
             try:
                 healthy = await self._session()
@@ -269,11 +268,10 @@ class RelayClient:
                 self._last_error = "internal error (see the log)"
                 healthy = False
             if healthy:
-                delay = self._backoff_initial
-            wait = delay * random.uniform(0.5, 1.0)
+                retries.reset()
+            wait = retries.next_delay()
             log.info("relay %s: retrying in %.2f s (%s)", self._url, wait, self._last_error)
             await asyncio.sleep(wait)
-            delay = min(delay * 2, self._backoff_max)
             self._reconnects += 1
 
     async def _session(self) -> bool:
@@ -508,7 +506,7 @@ class RelayClient:
         envelopes refused for now."""
         if self._retry is None:
             loop = asyncio.get_running_loop()
-            self._retry = loop.call_later(self._backoff_max, self._retry_now)
+            self._retry = loop.call_later(self._backoff.max_s, self._retry_now)
 
     def _retry_now(self) -> None:
         self._retry = None
