@@ -26,14 +26,13 @@ from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.relay.client import (
-    MAX_BATCH_CIPHERTEXT,
-    MAX_HANDLER_ATTEMPTS,
     MemoryOutbox,
     Outbox,
     RelayClient,
     one_at_a_time,
 )
 from bot.relay.frames import challenge_frame, deliver_frame, encode_envelope, ready_frame
+from bot.relay.incoming import MAX_BATCH_CIPHERTEXT, MAX_HANDLER_ATTEMPTS
 from bot.relay.server import RelayServer
 from bot.store import Store
 
@@ -315,7 +314,7 @@ async def test_an_idle_client_takes_the_frames_already_behind_a_delivery_with_it
     # 6 of 400 kB of ciphertext: each longer than a read from the socket, all in one batch.
     large = await _stored_large(relay, a, bob, 6, 300_000)
     assert await batches_handed_over(relay.url, bob, large, busy=False) == [6]
-    monkeypatch.setattr("bot.relay.client.CATCH_UP_PASSES", 0)
+    monkeypatch.setattr("bot.relay.incoming.CATCH_UP_PASSES", 0)
     large = await _stored_large(relay, a, bob, 6, 300_000)
     assert len(await batches_handed_over(relay.url, bob, large, busy=False)) > 1
     await a.stop()
