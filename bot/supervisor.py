@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
+
+from bot.backoff import Backoff, Retries
+from bot.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,9 @@ class Supervisor:
         backoff_max: float = BACKOFF_MAX_S,
         max_failures: int = MAX_FAILURES,
         window_s: float = FAILURE_WINDOW_S,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._backoff_initial = backoff_initial
-        self._backoff_max = backoff_max
+        self._backoff = Backoff(backoff_initial, backoff_max)
         self._max_failures = max_failures
         self._window_s = window_s
         self._clock = clock
@@ -85,9 +86,9 @@ class Supervisor:
     async def _keep(self, name: str, factory: TaskFactory) -> None:
         state = self.states[name]
         failures: list[float] = []
-        delay = self._backoff_initial
+        retries = Retries(self._backoff)
         while True:
-            started = self._clock()
+            started = self._clock.time()
             try:
                 await factory()
                 error = "stopped by itself"
@@ -98,9 +99,9 @@ class Supervisor:
                 error = f"{type(exc).__name__}: {exc}"
                 log.exception("%s failed", name)
             self.changed.set()
-            now = self._clock()
-            if now - started > self._backoff_max:
-                delay = self._backoff_initial  # it ran well for a while: start over
+            now = self._clock.time()
+            if now - started > self._backoff.max_s:
+                retries.reset()  # it ran well for a while: start over
             failures = [t for t in failures if now - t <= self._window_s] + [now]
             state.last_error = error
             if len(failures) >= self._max_failures:
@@ -111,7 +112,7 @@ class Supervisor:
                 self.failed.set()
                 return
             state.restarts += 1
+            delay = retries.next_delay()
             log.warning("restarting %s in %.1f s (failure %d of %d)", name, delay,
                         len(failures), self._max_failures)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._backoff_max)
+            await self._clock.sleep(delay)

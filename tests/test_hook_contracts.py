@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
+from bot.integrations.agents import AGENTS
 from bot.integrations.approval import OnError, Verdict, verdict_of
 from bot.integrations.contract import HookContract, HookInputError
-from bot.integrations.hook import CONTRACTS
 from skald_telegram import Outcome
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
 ALLOW = Verdict("allow", "approved by Ada in Telegram")
 DENY = Verdict("deny", "denied by Ada in Telegram: not on a Friday")
+CONTRACTS = {name: agent.contract() for name, agent in AGENTS.items()}
 ASK = Verdict("ask", "skald-telegram could not get a decision; asking here instead")
 
 
@@ -148,3 +149,14 @@ def test_what_each_outcome_means_for_the_agent() -> None:
     ]
     for outcome, on_error, verdict in cases:
         assert verdict_of(outcome, 30, on_error) == verdict
+
+
+def test_one_registry_names_every_agent_for_the_hook_its_settings_and_its_cards() -> None:
+    """The command line, the settings installer and the contracts all read the registry:
+    each agent there has its contract (under the registry's display name), a settings
+    site, and documented fixtures here."""
+    assert set(AGENTS) == {path.name for path in FIXTURES.iterdir() if path.is_dir()}
+    for name, agent in AGENTS.items():
+        assert agent.name == name
+        assert agent.contract().agent == agent.display_name
+        assert agent.site.events and agent.site.user_file and agent.site.project_file

@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 IO_LIBRARIES = frozenset({"sqlite3", "telegram", "websockets", "httpx", "starlette", "uvicorn",
                           "mcp"})
 
-BASE = frozenset({"bot", "bot.errors", "bot.clock"})
-"""Imported by every layer: the package's version, the one exception root, the clock."""
+BASE = frozenset({"bot", "bot.errors", "bot.clock", "bot.backoff"})
+"""Imported by every layer: the package's version, the one exception root, the clock, the
+backoff."""
 BOT_APPLICATION = frozenset({"bot.bridge", "bot.store", "bot.tg", "bot.relay_pool", "bot.app"})
 """The bot's use cases, its store, its Telegram adapter and what wires them together."""
 SHELL = frozenset({"bot.cli", "bot.demo", "bot.demo_agent", "bot.playground", "bot.testing"})
@@ -39,9 +40,10 @@ RULES = (
     # Pure: the protocol core, rendering and the bot's domain core.
     Rule("bot.errors", may=frozenset(), pure=True),
     Rule("bot.clock", may=frozenset(), pure=True),
+    Rule("bot.backoff", may=frozenset(), pure=True),
     Rule("bot.protocol", may=frozenset(), pure=True),
-    Rule("bot.render", may=frozenset({"bot.protocol"}), pure=True),
-    Rule("bot.core", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
+    Rule("bot.core", may=frozenset({"bot.protocol"}), pure=True),
+    Rule("bot.render", may=frozenset({"bot.protocol", "bot.core"}), pure=True),
     Rule("bot.agenthost.describe", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     # Shared adapters and settings.
     Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),

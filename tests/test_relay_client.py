@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import sqlite3
@@ -25,14 +26,13 @@ from bot.protocol.envelope import MAX_ENVELOPE_BYTES, seal
 from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.relay.client import (
-    MAX_BATCH_CIPHERTEXT,
-    MAX_HANDLER_ATTEMPTS,
     MemoryOutbox,
     Outbox,
     RelayClient,
     one_at_a_time,
 )
-from bot.relay.frames import challenge_frame
+from bot.relay.frames import challenge_frame, deliver_frame, encode_envelope, ready_frame
+from bot.relay.incoming import MAX_BATCH_CIPHERTEXT, MAX_HANDLER_ATTEMPTS
 from bot.relay.server import RelayServer
 from bot.store import Store
 
@@ -314,7 +314,7 @@ async def test_an_idle_client_takes_the_frames_already_behind_a_delivery_with_it
     # 6 of 400 kB of ciphertext: each longer than a read from the socket, all in one batch.
     large = await _stored_large(relay, a, bob, 6, 300_000)
     assert await batches_handed_over(relay.url, bob, large, busy=False) == [6]
-    monkeypatch.setattr("bot.relay.client.CATCH_UP_PASSES", 0)
+    monkeypatch.setattr("bot.relay.incoming.CATCH_UP_PASSES", 0)
     large = await _stored_large(relay, a, bob, 6, 300_000)
     assert len(await batches_handed_over(relay.url, bob, large, busy=False)) > 1
     await a.stop()
@@ -652,3 +652,35 @@ def test_a_bad_url_is_refused(alice: Identity) -> None:
     with pytest.raises(RelayError):
         RelayClient("http://example.org/", alice, handler=one_at_a_time(ignore),
                     outbox=MemoryOutbox())
+
+
+async def test_frame_types_it_does_not_know_are_ignored_quietly(
+    alice: Identity, bob: Identity, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The relay's ``delivered`` receipt, and any type added later, neither warn nor end
+    the session (protocol §4: a client ignores frame types it does not know)."""
+    delivered = envelope(bob, alice)
+    acks: list[str] = []
+
+    async def relay_of_a_later_version(ws: ServerConnection) -> None:
+        await ws.send(challenge_frame(bytes(32)))
+        await ws.recv()  # auth: not checked by this stand-in
+        await ws.send(ready_frame(alice.id))
+        await ws.send(json.dumps({"type": "delivered", "id": delivered["id"]}))
+        await ws.send(json.dumps({"type": "presence", "devices": 2}))
+        await ws.send(deliver_frame(encode_envelope(delivered)))
+        acks.append(await ws.recv())  # type: ignore[arg-type]
+        await ws.wait_closed()
+
+    caplog.set_level(logging.DEBUG, logger="bot.relay.client")
+    async with serve(relay_of_a_later_version, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        a = Peer(f"ws://127.0.0.1:{port}/v1/connect", alice)
+        a.start()
+        await eventually(lambda: len(acks) == 1)
+        assert a.received == [delivered] and a.client.connected
+        await a.stop()
+    assert json.loads(acks[0]) == {"type": "ack", "id": delivered["id"]}
+    client_records = [r for r in caplog.records if r.name == "bot.relay.client"]
+    assert not [r.getMessage() for r in client_records if r.levelno >= logging.WARNING]
+    assert any("ignored a frame" in r.getMessage() for r in client_records)

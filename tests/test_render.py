@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
+from bot.core.status import CardStatus, Tap
 from bot.errors import RenderError
 from bot.playground.tg_html import checked_link, parse_html, problems, utf16_length
 from bot.protocol.payloads import Approval, Block, Clarification, InboxUpdate, parse_inbox_update
-from bot.render import Attachment, CardStatus, RenderedCard, Renderer, SecretsMode, Tap
+from bot.render import Attachment, RenderedCard, Renderer, SecretsMode
 from bot.render.environment import build_environment, builtin_template_dir
 from bot.render.markdown import http_link, markdown_to_html
 from bot.render.masking import Masker

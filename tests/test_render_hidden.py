@@ -22,12 +22,13 @@ from test_render import assert_golden
 
 from bot.agenthost.grants import Offer, offer_for
 from bot.core.model import CardRow, ItemRow
+from bot.core.status import CardStatus, GrantGiven, Tap
 from bot.integrations.describe import ToolCall, describe
 from bot.integrations.grants import Programs, hook_scope
 from bot.integrations.hook import command_table
 from bot.playground.tg_html import parse_html, problems
 from bot.protocol.payloads import Approval, Block, Clarification, GrantRequest
-from bot.render import CardStatus, GrantGiven, RenderedCard, Renderer, SecretsMode, Tap
+from bot.render import RenderedCard, Renderer, SecretsMode
 from bot.render.hidden import (
     BREAKS,
     MARK,

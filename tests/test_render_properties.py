@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot.core.status import CardStatus, Tap
 from bot.playground.tg_html import Entity, checked_link, parse_html, problems, utf16_length
 from bot.protocol.payloads import Approval, Block, Clarification
-from bot.render import CardStatus, RenderedCard, Renderer, SecretsMode, Tap
+from bot.render import RenderedCard, Renderer, SecretsMode
 from bot.render.markdown import http_link
 
 NOW = datetime(2025, 11, 29, 10, 1, tzinfo=UTC)

@@ -28,7 +28,7 @@ from world import ADA, World, approval, make_world, running_bot
 
 from bot.errors import StoreError, StoreUnavailable
 from bot.protocol.identity import Identity
-from bot.relay.client import MAX_HANDLER_ATTEMPTS
+from bot.relay.incoming import MAX_HANDLER_ATTEMPTS
 from bot.relay.server import RelayServer
 from bot.store import Store
 from bot.store.db import Database

@@ -13,10 +13,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from bot.integrations.agents import AGENTS
+
 if TYPE_CHECKING:
     from bot.integrations.contract import HookAnswer
 
-AGENTS = ("claude-code", "codex", "gemini", "cursor")
 DEFAULT_TIMEOUT = 300.0
 
 
@@ -33,7 +34,7 @@ def register(sub: Any) -> None:
     parser.add_argument("target", choices=[*AGENTS, "install", "uninstall"],
                         metavar="AGENT|install|uninstall",
                         help=f"one of {', '.join(AGENTS)}, or install / uninstall")
-    parser.add_argument("agent", nargs="?", choices=AGENTS, metavar="AGENT",
+    parser.add_argument("agent", nargs="?", choices=[*AGENTS], metavar="AGENT",
                         help="with install or uninstall: the agent")
     parser.add_argument("--state", metavar="DIR", help="the agent host's state folder")
     parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -62,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _answer(args: argparse.Namespace) -> int:
     from bot.integrations.approval import failure, host_connector
-    from bot.integrations.hook import CONTRACTS, run_hook, stopped_answer
+    from bot.integrations.hook import run_hook, stopped_answer
 
-    contract = CONTRACTS[args.target]
+    contract = AGENTS[args.target].contract()
     raw = ""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stopped)
@@ -130,12 +131,12 @@ async def _until_stopped(hook: Coroutine[Any, Any, HookAnswer]) -> HookAnswer:
 
 
 def _change_settings(args: argparse.Namespace) -> int:
-    from bot.integrations.settings import SITES, hook_command, install, settings_path, uninstall
+    from bot.integrations.settings import hook_command, install, settings_path, uninstall
 
-    site = SITES[args.agent]
-    path = settings_path(site, args.scope, Path.home(), Path.cwd())
+    agent = AGENTS[args.agent]
+    path = settings_path(agent, args.scope, Path.home(), Path.cwd())
     if args.target == "uninstall":
-        lines = uninstall(site, path)
+        lines = uninstall(agent, path)
     else:
         extra = []
         if args.state:
@@ -143,7 +144,7 @@ def _change_settings(args: argparse.Namespace) -> int:
         if args.on_error != "deny":
             extra += ["--on-error", args.on_error]
         command = hook_command(_program(), args.agent, args.timeout, extra)
-        lines = install(site, path, command, args.timeout)
+        lines = install(agent, path, command, args.timeout)
     print("\n".join(lines))
     return 0
 

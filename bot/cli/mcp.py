@@ -1,17 +1,20 @@
 """``skald-telegram mcp``: a stdio MCP server for asking a person (``request_approval``,
 ``ask_human``); ``skald-telegram mcp gateway -- COMMAND ARGS…`` puts another MCP server
-behind an approval."""
+behind an approval. Both need the optional extra ``skald-telegram[mcp]``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import Any, Final
 
 from bot.cli.hook import seconds
+from bot.errors import SkaldError
 
 DEFAULT_TIMEOUT = 600.0
+MISSING_EXTRA: Final = ("the mcp command needs the MCP extra: "
+                        "pip install 'skald-telegram[mcp]'")
 
 
 def register(sub: Any) -> None:
@@ -45,6 +48,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        import mcp  # noqa: F401  # the optional extra: only these commands need it
+    except ImportError:
+        raise SkaldError(MISSING_EXTRA) from None
     import anyio
 
     from bot.integrations.approval import host_connector

@@ -1,15 +1,63 @@
-"""What a card shows now, from what the store holds (pure): its status (pending with a
-quorum tally, or how it ended and where) and the rendered card."""
+"""What a card shows now, from what the store holds (pure): its status, pending with a
+quorum tally, or how it ended and where. The renderer draws it (:mod:`bot.render`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from bot.clock import from_ms, maybe_from_ms
 from bot.core.grants import GrantedRow
-from bot.core.model import CardRow, ItemRow, ReportedOutcome, Vote, parse_item
-from bot.protocol.payloads import Clarification
-from bot.render import CardStatus, GrantGiven, RenderedCard, Renderer, SecretsMode, Tap
+from bot.core.model import CardRow, ItemRow, ReportedOutcome, Vote
+
+CardState = Literal["pending", "approved", "denied", "answered", "expired", "cancelled", "unbound"]
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One approval towards a quorum: who tapped and when."""
+
+    name: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class GrantGiven:
+    """A grant given with an approval: what (the offer's label), by whom, for how long."""
+
+    label: str
+    by: str
+    minutes: int
+    until: datetime
+
+
+@dataclass(frozen=True)
+class CardStatus:
+    """Where an item stands; decided states add bold status lines under the card body."""
+
+    state: CardState
+    by: str | None = None
+    """Who decided (display name)."""
+    at: datetime | None = None
+    reason: str | None = None
+    """Why it was denied."""
+    answer: str | None = None
+    """The answer given to a question."""
+    elsewhere: str | None = None
+    """Where it was decided when not on this card, e.g. ``"in Ops team"``."""
+    approvals: tuple[Tap, ...] = ()
+    """The quorum tally so far."""
+    required: int = 1
+    grant: GrantGiven | None = None
+    """The grant given with the approval, if any."""
+    sending: bool = False
+    """The decision made here waits for the relay to take it."""
+    reported: str | None = None
+    """How the agent says the item ended, when that is not the decision made here
+    (``"expired"``: the decision reached it too late)."""
+    reported_by: str | None = None
+    """Who the agent says decided it, then."""
 
 
 def card_status(
@@ -62,23 +110,4 @@ def card_status(
         sending=sending and overruled is None,
         reported=overruled.outcome if overruled else None,
         reported_by=overruled.outcome_by if overruled else None,
-    )
-
-
-def render_card(
-    renderer: Renderer,
-    item: ItemRow,
-    status: CardStatus,
-    *,
-    agent_name: str,
-    secrets: SecretsMode,
-    now: datetime,
-    zone: str | None = None,
-) -> RenderedCard:
-    parsed = parse_item(item)
-    if isinstance(parsed, Clarification):
-        return renderer.question_card(parsed, agent_name=agent_name, now=now, status=status,
-                                      zone=zone)
-    return renderer.approval_card(
-        parsed, agent_name=agent_name, secrets=secrets, now=now, status=status, zone=zone
     )

@@ -8,8 +8,9 @@ prompt). A person's deny is always a deny.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -65,10 +66,10 @@ async def ask_person(
     except Exception as exc:  # fail closed: whatever went wrong, the answer is not an allow
         return failure(one_line(exc), on_error)
     try:
-        item_id = await client.submit_approval(
+        item_id = await _submitted(client, client.submit_approval(
             tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
             grant_scope=scope,
-        )
+        ))
         outcome = await _wait_or_withdraw(client, item_id, timeout)
     except Exception as exc:  # fail closed, as above
         log.warning("approval for %s failed: %s", tool, one_line(exc))
@@ -85,7 +86,7 @@ async def ask_question(
     question is withdrawn and the outcome says so)."""
     client = connect()
     try:
-        item_id = await client.submit_question(question, options, timeout)
+        item_id = await _submitted(client, client.submit_question(question, options, timeout))
         return await _wait_or_withdraw(client, item_id, timeout)
     finally:
         await _close(client)
@@ -129,6 +130,26 @@ def failure(reason: str, on_error: OnError) -> Verdict:
 def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text[:300]
+
+
+async def _submitted(client: AsyncAgentClient, submit: Awaitable[str]) -> str:
+    """The id of the item ``submit`` asks the host for. Interrupted before the host has
+    answered, the request may have made an item all the same: its answer is awaited a
+    few seconds more (shielded), and that item withdrawn, so that no card waits for
+    nobody until its timeout."""
+    submitting = asyncio.ensure_future(submit)
+    try:
+        return await asyncio.shield(submitting)
+    except asyncio.CancelledError:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(WITHDRAW_SECONDS):
+            try:
+                item_id = await submitting
+            except Exception:  # no item was made: nothing to take back
+                item_id = None
+            if item_id is not None:
+                await _withdraw(client, item_id)
+        submitting.cancel()
+        raise
 
 
 async def _wait_or_withdraw(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bot.integrations.agents import AGENTS
 from bot.integrations.contract import (
     HookAnswer,
     HookEvent,
@@ -24,7 +25,7 @@ from bot.integrations.describe import mcp_name
 
 
 class ClaudeCode:
-    agent: str = "Claude Code"
+    agent: str = AGENTS["claude-code"].display_name
     events: tuple[str, ...] = ("PreToolUse", "PermissionRequest")
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bot.integrations.agents import AGENTS
 from bot.integrations.claude_code import parse_tool_event, permission_request, pre_tool_use
 from bot.integrations.contract import HookAnswer, HookEvent, Verdict, blocked
 
 
 class Codex:
-    agent: str = "Codex"
+    agent: str = AGENTS["codex"].display_name
     events: tuple[str, ...] = ("PermissionRequest", "PreToolUse")
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:

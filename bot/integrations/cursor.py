@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bot.integrations.agents import AGENTS
 from bot.integrations.contract import (
     HookAnswer,
     HookEvent,
@@ -27,7 +28,7 @@ from bot.integrations.describe import ToolCall
 
 
 class Cursor:
-    agent: str = "Cursor"
+    agent: str = AGENTS["cursor"].display_name
     events: tuple[str, ...] = ("beforeShellExecution", "beforeMCPExecution", "preToolUse")
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from bot.integrations.agents import AGENTS
 from bot.integrations.contract import (
     HookAnswer,
     HookEvent,
@@ -23,7 +24,7 @@ from bot.integrations.contract import (
 
 
 class Gemini:
-    agent: str = "Gemini CLI"
+    agent: str = AGENTS["gemini"].display_name
     events: tuple[str, ...] = ("BeforeTool",)
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:

@@ -6,26 +6,17 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Final
 
-from bot.integrations import claude_code, codex, cursor, gemini
 from bot.integrations.approval import Connect, OnError, ask_person, failure
 from bot.integrations.commands import CommandTable, parse_table
 from bot.integrations.contract import HookAnswer, HookContract, HookInputError
 from bot.integrations.describe import FileReader, ToolCall, call_target, describe
 from bot.integrations.grants import Programs, hook_scope
-
-CONTRACTS: Final[Mapping[str, HookContract]] = {
-    "claude-code": claude_code.CONTRACT,
-    "codex": codex.CONTRACT,
-    "gemini": gemini.CONTRACT,
-    "cursor": cursor.CONTRACT,
-}
-"""The agents ``skald-telegram hook AGENT`` answers, by the name on the command line."""
 
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 """A larger file is not diffed: the card says so instead."""

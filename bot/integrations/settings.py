@@ -16,12 +16,12 @@ import os
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from bot.errors import SkaldError
+from bot.integrations.agents import HookAgent, HookSite
 from bot.integrations.settings_json import LossyJson, dumps, loads
 
 Scope = Literal["user", "project"]
@@ -38,46 +38,8 @@ class SettingsError(SkaldError):
     """An agent's settings file cannot be read or written; nothing was changed."""
 
 
-@dataclass(frozen=True)
-class HookSite:
-    """Where and how one agent wants its hooks."""
-
-    agent: str
-    user_file: str
-    """Relative to the home folder."""
-    project_file: str
-    """Relative to the project (the current folder)."""
-    events: tuple[tuple[str, str | None], ...]
-    """(event, matcher) for each hook installed."""
-    milliseconds: bool = False
-    """The agent reads ``timeout`` in milliseconds rather than seconds."""
-    flat: bool = False
-    """Cursor's layout: ``{"version": 1, "hooks": {event: [{"command": …}]}}``."""
-
-
-SITES: Final = {
-    "claude-code": HookSite(
-        "claude-code", ".claude/settings.json", ".claude/settings.json",
-        (("PermissionRequest", "*"),),
-    ),
-    "codex": HookSite(
-        "codex", ".codex/hooks.json", ".codex/hooks.json", (("PermissionRequest", None),),
-    ),
-    "gemini": HookSite(
-        "gemini", ".gemini/settings.json", ".gemini/settings.json",
-        (("BeforeTool", "run_shell_command|write_file|replace|web_fetch|mcp_.*"),),
-        milliseconds=True,
-    ),
-    "cursor": HookSite(
-        "cursor", ".cursor/hooks.json", ".cursor/hooks.json",
-        (("beforeShellExecution", None), ("beforeMCPExecution", None),
-         ("preToolUse", "Write|StrReplace|Edit|Delete")),
-        flat=True,
-    ),
-}
-
-
-def settings_path(site: HookSite, scope: Scope, home: Path, project: Path) -> Path:
+def settings_path(agent: HookAgent, scope: Scope, home: Path, project: Path) -> Path:
+    site = agent.site
     return home / site.user_file if scope == "user" else project / site.project_file
 
 
@@ -86,10 +48,11 @@ def hook_command(program: list[str], agent: str, timeout: float, extra: list[str
     return shlex.join([*program, "hook", agent, "--timeout", f"{timeout:g}", *extra])
 
 
-def install(site: HookSite, path: Path, command: str, timeout: float) -> list[str]:
+def install(agent: HookAgent, path: Path, command: str, timeout: float) -> list[str]:
     """Merge the hook into ``path``; returns the lines saying what changed."""
+    site = agent.site
     original, settings = _load(path)
-    updated = _without_ours(settings, site)
+    updated = _without_ours(settings, agent)
     hooks = updated.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise SettingsError(f"{path}: \"hooks\" is not an object; nothing was changed")
@@ -104,19 +67,19 @@ def install(site: HookSite, path: Path, command: str, timeout: float) -> list[st
         entries.append(_entry(site, command, matcher, limit))
         where = f" (matcher {matcher})" if matcher else ""
         changes.append(f"  + {event}{where}: {command} (hook timeout {limit} s)")
-    if dumps(updated) == dumps(settings) and _ours(settings, site):
+    if dumps(updated) == dumps(settings) and _ours(settings, agent):
         return [f"{path}: already installed, nothing changed"]
-    removed = _describe_ours(settings, site, "-")
+    removed = _describe_ours(settings, agent, "-")
     return _save(path, original, updated, [*removed, *changes])
 
 
-def uninstall(site: HookSite, path: Path) -> list[str]:
+def uninstall(agent: HookAgent, path: Path) -> list[str]:
     """Take our hook out of ``path``; returns the lines saying what changed."""
     original, settings = _load(path)
-    removed = _describe_ours(settings, site, "-")
+    removed = _describe_ours(settings, agent, "-")
     if not removed:
-        return [f"{path}: no skald-telegram hook for {site.agent}, nothing changed"]
-    return _save(path, original, _without_ours(settings, site, prune=True), removed)
+        return [f"{path}: no skald-telegram hook for {agent.name}, nothing changed"]
+    return _save(path, original, _without_ours(settings, agent, prune=True), removed)
 
 
 def _entry(site: HookSite, command: str, matcher: str | None, limit: int) -> dict[str, Any]:
@@ -142,7 +105,7 @@ def _is_ours(command: object, agent: str) -> bool:
     return re.search(pattern, command) is not None
 
 
-def _ours(settings: dict[str, Any], site: HookSite) -> list[tuple[str, str]]:
+def _ours(settings: dict[str, Any], agent: HookAgent) -> list[tuple[str, str]]:
     """(event, command) of every hook of ours in ``settings``."""
     found = []
     hooks = settings.get("hooks")
@@ -152,19 +115,19 @@ def _ours(settings: dict[str, Any], site: HookSite) -> list[tuple[str, str]]:
         for entry in entries if isinstance(entries, list) else []:
             if not isinstance(entry, dict):
                 continue
-            handlers = [entry] if site.flat else entry.get("hooks", [])
+            handlers = [entry] if agent.site.flat else entry.get("hooks", [])
             for handler in handlers if isinstance(handlers, list) else []:
-                if isinstance(handler, dict) and _is_ours(handler.get("command"), site.agent):
+                if isinstance(handler, dict) and _is_ours(handler.get("command"), agent.name):
                     found.append((event, handler["command"]))
     return found
 
 
-def _describe_ours(settings: dict[str, Any], site: HookSite, sign: str) -> list[str]:
-    return [f"  {sign} {event}: {command}" for event, command in _ours(settings, site)]
+def _describe_ours(settings: dict[str, Any], agent: HookAgent, sign: str) -> list[str]:
+    return [f"  {sign} {event}: {command}" for event, command in _ours(settings, agent)]
 
 
 def _without_ours(
-    settings: dict[str, Any], site: HookSite, prune: bool = False
+    settings: dict[str, Any], agent: HookAgent, prune: bool = False
 ) -> dict[str, Any]:
     """A copy of ``settings`` without our hooks; with ``prune``, also without the groups,
     event lists and ``hooks`` table that only held ours."""
@@ -178,15 +141,15 @@ def _without_ours(
             continue
         kept = []
         for entry in entries:
-            if site.flat:
-                if not (isinstance(entry, dict) and _is_ours(entry.get("command"), site.agent)):
+            if agent.site.flat:
+                if not (isinstance(entry, dict) and _is_ours(entry.get("command"), agent.name)):
                     kept.append(entry)
                 continue
             if not isinstance(entry, dict) or not isinstance(entry.get("hooks"), list):
                 kept.append(entry)
                 continue
             handlers = [h for h in entry["hooks"]
-                        if not (isinstance(h, dict) and _is_ours(h.get("command"), site.agent))]
+                        if not (isinstance(h, dict) and _is_ours(h.get("command"), agent.name))]
             if handlers or len(handlers) == len(entry["hooks"]):
                 kept.append({**entry, "hooks": handlers})
         hooks[event] = kept

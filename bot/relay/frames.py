@@ -76,6 +76,11 @@ class FrameError(ProtocolError):
         self.envelope_id = envelope_id
 
 
+class UnknownFrameType(FrameError):
+    """A frame of a type this version does not know: the relay refuses it, a client
+    ignores it (protocol §4), so that either side can add frame types."""
+
+
 @dataclass(frozen=True)
 class Challenge:
     nonce: bytes
@@ -144,7 +149,7 @@ def parse_frame(data: str | bytes) -> Frame:
     kind = obj.get("type")
     parser = _PARSERS.get(kind) if isinstance(kind, str) else None
     if parser is None:
-        raise FrameError(ErrorCode.BAD_FRAME, f"unknown frame type {_shown(kind)}")
+        raise UnknownFrameType(ErrorCode.BAD_FRAME, f"unknown frame type {_shown(kind)}")
     frame = parser(obj)
     if isinstance(frame, Send):
         return Send(frame.envelope, frame.envelope_id, _cut_envelope(data, obj))

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import jinja2
 
+from bot.core.status import CardStatus, Tap
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Clarification
 from bot.render import hidden
@@ -51,8 +52,6 @@ log = logging.getLogger(__name__)
 ALERT_CHARS = 200
 """The longest text Telegram shows in a callback-query alert."""
 
-CardState = Literal["pending", "approved", "denied", "answered", "expired", "cancelled", "unbound"]
-
 # Room for the parts of a card that are never cut (units, entities): longer ones are
 # shortened with "…" so the blocks always keep some room.
 _NAME_ROOM = (64, 3)
@@ -71,52 +70,6 @@ class Attachment:
 
     filename: str
     content: bytes
-
-
-@dataclass(frozen=True)
-class Tap:
-    """One approval towards a quorum: who tapped and when."""
-
-    name: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class GrantGiven:
-    """A grant given with an approval: what (the offer's label), by whom, for how long."""
-
-    label: str
-    by: str
-    minutes: int
-    until: datetime
-
-
-@dataclass(frozen=True)
-class CardStatus:
-    """Where an item stands; decided states add bold status lines under the card body."""
-
-    state: CardState
-    by: str | None = None
-    """Who decided (display name)."""
-    at: datetime | None = None
-    reason: str | None = None
-    """Why it was denied."""
-    answer: str | None = None
-    """The answer given to a question."""
-    elsewhere: str | None = None
-    """Where it was decided when not on this card, e.g. ``"in Ops team"``."""
-    approvals: tuple[Tap, ...] = ()
-    """The quorum tally so far."""
-    required: int = 1
-    grant: GrantGiven | None = None
-    """The grant given with the approval, if any."""
-    sending: bool = False
-    """The decision made here waits for the relay to take it."""
-    reported: str | None = None
-    """How the agent says the item ended, when that is not the decision made here
-    (``"expired"``: the decision reached it too late)."""
-    reported_by: str | None = None
-    """Who the agent says decided it, then."""
 
 
 @dataclass(frozen=True)

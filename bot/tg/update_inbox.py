@@ -26,15 +26,17 @@ from telegram import Update
 from telegram import error as tg_error
 from telegram.ext import Application
 
+from bot.backoff import Backoff, Retries
 from bot.bridge import Bridge
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.errors import BotApiError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 LONG_POLL_S: Final = 30
 """How long one ``getUpdates`` call waits for updates."""
-RETRY_INITIAL_S: Final = 1.0
-RETRY_MAX_S: Final = 30.0
+RETRY: Final = Backoff(initial_s=1.0, max_s=30.0)
+"""How a fetch or a handling pass that failed is tried again."""
 PRUNE_EVERY: Final = 500
 """Handled updates between two prunes of the table."""
 
@@ -69,11 +71,13 @@ class UpdateInbox:
         *,
         allowed_updates: Sequence[str],
         long_poll_s: float = LONG_POLL_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._application = application
         self._bridge = bridge
         self._allowed = list(allowed_updates)
         self._long_poll_s = long_poll_s
+        self._clock = clock
         self._arrived = asyncio.Event()
         self._handler_task: asyncio.Task[Any] | None = None
         self._handled = 0
@@ -84,7 +88,7 @@ class UpdateInbox:
         bot = self._application.bot
         await _call(bot.delete_webhook())
         offset = self._bridge.next_update_offset()
-        delay = RETRY_INITIAL_S
+        retries = Retries(RETRY)
         while True:
             try:
                 updates = await bot.get_updates(
@@ -92,9 +96,11 @@ class UpdateInbox:
             except tg_error.InvalidToken as exc:
                 raise BotApiError("Telegram refused the bot token") from exc
             except tg_error.Conflict:
+                delay = retries.next_delay()
                 log.error("409 Conflict: another process polls with this bot token; "
                           "retrying in %.0f s", delay)
             except tg_error.TelegramError as exc:
+                delay = retries.next_delay()
                 log.warning("getUpdates failed (%s); retrying in %.0f s",
                             type(exc).__name__, delay)
             else:
@@ -102,14 +108,14 @@ class UpdateInbox:
                     if updates:
                         self._hold(updates)
                         offset = updates[-1].update_id + 1
-                    delay = RETRY_INITIAL_S
+                    retries.reset()
                     continue
                 except StoreUnavailable as exc:
                     # Not confirmed: Telegram hands them over again.
+                    delay = retries.next_delay()
                     log.warning("cannot hold %d update(s), the store failed (%s); fetching "
                                 "them again in %.0f s", len(updates), exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+            await self._clock.sleep(delay)
 
     def _hold(self, updates: Sequence[Update]) -> None:
         self._bridge.hold_updates(
@@ -119,7 +125,7 @@ class UpdateInbox:
     async def handle(self) -> None:
         """Hand every stored update to the handlers, oldest first, forever."""
         self._handler_task = asyncio.current_task()
-        delay = RETRY_INITIAL_S
+        retries = Retries(RETRY)
         while True:
             self._arrived.clear()
             try:
@@ -127,12 +133,12 @@ class UpdateInbox:
                     await self._handle_one(update_id, body)
             except StoreUnavailable as exc:
                 # Not marked handled: handled again once the store can write.
+                delay = retries.next_delay()
                 log.warning("cannot handle the held updates, the store failed (%s); trying "
                             "again in %.0f s", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                await self._clock.sleep(delay)
                 continue
-            delay = RETRY_INITIAL_S
+            retries.reset()
             await self._arrived.wait()
 
     async def _handle_one(self, update_id: int, body: str) -> None:

@@ -21,11 +21,12 @@ import functools
 import logging
 from collections.abc import Callable
 
+from bot.backoff import Backoff
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
 from bot.config import Config
 from bot.core.model import CardRow, parse_item
-from bot.core.status import card_status, render_card
+from bot.core.status import card_status
 from bot.errors import (
     ChatMoved,
     ChatUnavailable,
@@ -36,18 +37,18 @@ from bot.errors import (
     Throttled,
 )
 from bot.protocol.payloads import Approval
-from bot.render import Attachment, RenderedCard, Renderer
+from bot.render import Attachment, RenderedCard, Renderer, render_card
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import keyboard
 from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAY_S = 5.0
-MAX_RETRY_DELAY_S = 600.0
-MAX_STORE_RETRY_DELAY_S = 30.0
-"""The longest a card waits for a store that failed: posting resumes this soon after the
-store can write again."""
+RETRY = Backoff(initial_s=5.0, max_s=600.0)
+"""How a card that failed is tried again."""
+STORE_RETRY = Backoff(initial_s=5.0, max_s=30.0)
+"""How a card waits for a store that failed: posting resumes this soon after the store can
+write again."""
 STOP_TIMEOUT_S = 10.0
 OFF_LOOP_CHARS = 64 * 1024
 """Items whose stored JSON is at least this long are drawn in a thread."""
@@ -212,8 +213,7 @@ class CardWorker:
             return
         failures = self._failures.get(card.card_id, 0) + 1
         self._failures[card.card_id] = failures
-        longest = MAX_STORE_RETRY_DELAY_S if isinstance(exc, StoreError) else MAX_RETRY_DELAY_S
-        delay = min(RETRY_DELAY_S * 2 ** (failures - 1), longest)
+        delay = (STORE_RETRY if isinstance(exc, StoreError) else RETRY).delay(failures)
         self._retry_at[card.card_id] = self._clock.time() + delay
         if isinstance(exc, SkaldError):
             log.warning("could not update card %s in chat %s (attempt %d, next in %.0f s): %s",
