@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 IO_LIBRARIES = frozenset({"sqlite3", "telegram", "websockets", "httpx", "starlette", "uvicorn",
                           "mcp"})
 
-BASE = frozenset({"bot", "bot.errors", "bot.clock", "bot.backoff"})
+BASE = frozenset({"bot", "bot.errors", "bot.clock", "bot.backoff", "bot.hidden"})
 """Imported by every layer: the package's version, the one exception root, the clock, the
-backoff."""
+backoff, and what is hidden in text a person reads."""
 BOT_APPLICATION = frozenset({"bot.bridge", "bot.store", "bot.tg", "bot.relay_pool", "bot.app"})
 """The bot's use cases, its store, its Telegram adapter and what wires them together."""
 SHELL = frozenset({"bot.cli", "bot.demo", "bot.demo_agent", "bot.playground", "bot.testing"})
@@ -41,6 +41,7 @@ RULES = (
     Rule("bot.errors", may=frozenset(), pure=True),
     Rule("bot.clock", may=frozenset(), pure=True),
     Rule("bot.backoff", may=frozenset(), pure=True),
+    Rule("bot.hidden", may=frozenset(), pure=True),
     Rule("bot.protocol", may=frozenset(), pure=True),
     Rule("bot.core", may=frozenset({"bot.protocol"}), pure=True),
     Rule("bot.render", may=frozenset({"bot.protocol", "bot.core"}), pure=True),

@@ -23,13 +23,7 @@ from test_render import assert_golden
 from bot.agenthost.grants import Offer, offer_for
 from bot.core.model import CardRow, ItemRow
 from bot.core.status import CardStatus, GrantGiven, Tap
-from bot.integrations.describe import ToolCall, describe
-from bot.integrations.grants import Programs, hook_scope
-from bot.integrations.hook import command_table
-from bot.playground.tg_html import parse_html, problems
-from bot.protocol.payloads import Approval, Block, Clarification, GrantRequest
-from bot.render import RenderedCard, Renderer, SecretsMode
-from bot.render.hidden import (
+from bot.hidden import (
     BREAKS,
     MARK,
     first_line,
@@ -39,6 +33,12 @@ from bot.render.hidden import (
     reveal,
     strip,
 )
+from bot.integrations.describe import ToolCall, describe
+from bot.integrations.grants import Programs, hook_scope
+from bot.integrations.hook import command_table
+from bot.playground.tg_html import parse_html, problems
+from bot.protocol.payloads import Approval, Block, Clarification, GrantRequest
+from bot.render import RenderedCard, Renderer, SecretsMode
 from bot.tg.keyboards import keyboard, revoke_keyboard
 
 NOW = datetime(2025, 11, 29, 10, 1, tzinfo=UTC)

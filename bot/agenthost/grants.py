@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from bot.agenthost.items import iso_ms
+from bot.hidden import holds_hidden
 from bot.protocol.payloads import MAX_GRANT_KEY_CHARS, MAX_GRANT_TEXT_CHARS, GrantRequest
-from bot.render.hidden import holds_hidden
 
 OFFER_MAX_MINUTES: Final = 120
 """The longest grant the host offers with an approval."""

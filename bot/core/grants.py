@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from bot.hidden import holds_hidden
 from bot.protocol.payloads import Approval, Grant, GrantOffer, item_to_wire
-from bot.render.hidden import holds_hidden
 
 ACTIVITY_WINDOW_MS = 60_000
 """A chat gets at most one new activity message per this long; later entries are appended

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bot.agenthost.describe import describe_arguments
+from bot.hidden import one_line
 from bot.render.credentials import credentials_in, is_credential_key, mask_credentials
-from bot.render.hidden import one_line
 
 Block = dict[str, Any]
 FileReader = Callable[[str], "str | None"]

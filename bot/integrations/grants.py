@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from bot.hidden import holds_hidden
 from bot.integrations.commands import CommandTable, Locate, shell_words
 from bot.integrations.describe import ToolCall, call_target, command_dir
 from bot.render.credentials import credentials_in
-from bot.render.hidden import holds_hidden
 
 MAX_KEY_CHARS: Final = 200
 MAX_LABEL_CHARS: Final = 200

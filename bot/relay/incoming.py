@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from websockets.asyncio.client import ClientConnection
+from websockets.frames import CloseCode
 
 from bot.errors import StoreUnavailable
 from bot.relay.frames import Deliver, ack_frame
 
 log = logging.getLogger(__name__)
 
-CLOSE_HANDLER_FAILED: Final = 1011
 MAX_HANDLER_ATTEMPTS: Final = 5
 """Deliveries of one envelope whose handler failed before it is acknowledged and dropped
 (a failing store does not count: the envelope waits for it)."""
@@ -114,7 +114,7 @@ class Deliveries:
                         f"the store failed handling envelope {frame.envelope_id}"
                         if outcome is _Outcome.NOT_YET
                         else f"handler failed for envelope {frame.envelope_id}")
-                    await ws.close(CLOSE_HANDLER_FAILED, "handler failed")
+                    await ws.close(CloseCode.INTERNAL_ERROR, "handler failed")
                     return
                 await ws.send(ack_frame(frame.envelope_id))
                 if outcome is _Outcome.HANDLED:

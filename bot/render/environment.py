@@ -4,7 +4,7 @@ Templates are looked up in an operator's folder first (when given), then in the 
 ``templates/`` folder, so an operator overrides a single file by dropping a file with the
 same name into their folder. HTML templates (``*.html.j2``) are autoescaped for Telegram's
 HTML parse mode: only ``&``, ``<``, ``>`` and ``"`` are escaped, and invisible or
-direction-changing characters are marked (see :mod:`bot.render.hidden`) and host names
+direction-changing characters are marked (see :mod:`bot.hidden`) and host names
 that could pass for others shown as ``xn--`` (:mod:`bot.render.hosts`), so no value can
 reorder or hide the text around it whatever the template; plain-text templates
 (``*.txt.j2``) are not escaped at all. ``truncate`` puts a value on one line first and
@@ -23,8 +23,8 @@ import jinja2
 from jinja2.nodes import EvalContext
 from markupsafe import Markup
 
+from bot import hidden
 from bot.errors import RenderError
-from bot.render import hidden
 from bot.render.hosts import honest_hosts
 from bot.render.markdown import escape, markdown_to_html
 from bot.render.masking import NO_SECRETS, Masker

@@ -33,7 +33,7 @@ import re
 import unicodedata
 from typing import Final
 
-from bot.render.hidden import HIDDEN_CHARS
+from bot.hidden import HIDDEN_CHARS
 
 LABELS_KEPT: Final = 4096
 """Labels whose verdict is remembered: a log repeats the same few host names."""
@@ -42,7 +42,7 @@ _TOKEN: Final = re.compile(
     "(?<![^" + _SEPARATORS + "])[^." + _SEPARATORS + "]*+(?:[.][^." + _SEPARATORS + "]*+)++")
 """A stretch of text between separators holding a dot: it may be a host name (it is
 checked further). Hidden characters and their marks end it, to be shown by
-:mod:`bot.render.hidden`. Possessive, and starting only after a separator, so that a long
+:mod:`bot.hidden`. Possessive, and starting only after a separator, so that a long
 text is read once."""
 _DEVIATIONS: Final = frozenset("ßς\u200c\u200d")
 _LATIN_IMITATORS: Final = re.compile(

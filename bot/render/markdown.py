@@ -10,7 +10,7 @@ is always balanced: a tag is only written around content that is not just whites
 Tokens carry decoded text (backslash escapes and character references resolved), so each
 token's text is cleaned, masked and its hidden characters marked again here:
 ``sk\\_live`` or ``sk&#95;live`` must not bring back a secret, nor ``&#x2067;`` or
-``&rlm;`` a direction control (see :mod:`bot.render.hidden`).
+``&rlm;`` a direction control (see :mod:`bot.hidden`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from bot.render import hidden
+from bot import hidden
 from bot.render.hosts import honest_hosts
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 

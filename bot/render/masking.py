@@ -27,7 +27,7 @@ _BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 _DROPPED_CHARS = re.compile("[\u0333\u033f\u030a]")
 """Combining marks Telegram silently removes from a message: removing them first keeps
 what is measured equal to what is shown. (The separators and direction controls it also
-removes are kept here, for :mod:`bot.render.hidden` to show and warn about.)"""
+removes are kept here, for :mod:`bot.hidden` to show and warn about.)"""
 
 _KEY_CHARS = 32
 """A pattern holds at most this many characters of each secret; longer secrets are then

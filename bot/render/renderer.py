@@ -19,10 +19,10 @@ from typing import Any
 
 import jinja2
 
+from bot import hidden
 from bot.core.status import CardStatus, Tap
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Clarification
-from bot.render import hidden
 from bot.render.environment import build_environment, in_zone
 from bot.render.fit import (
     LIMIT_BYTES,

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Literal
 
+from bot import hidden
 from bot.protocol.payloads import JSON, Block
-from bot.render import hidden
 from bot.render.credentials import is_credential_key
 from bot.render.hosts import honest_hosts
 from bot.render.markdown import http_link, markdown_reveals, markdown_to_text
@@ -40,7 +40,7 @@ _KINDS = frozenset(
 )  # fmt: skip
 MONOSPACE_KINDS = frozenset({"code", "diff", "json", "command", "path"})
 """Value kinds shown in ``<pre>`` or ``<code>``: hidden characters are spelled out in them
-(``⟦U+2067⟧``); elsewhere each run of them is one :data:`bot.render.hidden.MARK`."""
+(``⟦U+2067⟧``); elsewhere each run of them is one :data:`bot.hidden.MARK`."""
 _CREDENTIAL_PARTS = re.compile(r"[\s=:;,]+")
 MIN_CREDENTIAL_PART = 8
 """A part of a credential's value this long is masked on its own too."""
@@ -60,7 +60,7 @@ class BlockView:
     ``more_chars`` say how much was cut; ``lost_chars`` how much was cut before arrival.
     ``mask`` hides the approval's secrets in what Markdown decodes from ``text``.
     ``hidden`` says whether the label or value held invisible or direction-changing
-    characters (``text`` and ``label`` show them; see :mod:`bot.render.hidden`);
+    characters (``text`` and ``label`` show them; see :mod:`bot.hidden`);
     ``punycode`` whether a host name in them is shown in its ``xn--`` form
     (:mod:`bot.render.hosts`).
     """

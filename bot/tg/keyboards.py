@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from bot.core.model import CardRow, ItemRow, Vote
 from bot.core.policy import Action
+from bot.hidden import strip
 from bot.protocol.payloads import parse_clarification
-from bot.render.hidden import strip
 from bot.render.hosts import honest_hosts
 
 CALLBACK_VERSION = "1"
