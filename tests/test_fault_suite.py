@@ -289,18 +289,24 @@ class Suite:
 
     # -- faults ----------------------------------------------------------------------
 
-    async def kill_relay(self, taps: list[tuple[Ask, str]]) -> str:
+    async def killed(self, service: Service, taps: list[tuple[Ask, str]]) -> str:
+        """Kill ``service`` and make the taps while it is down, or kill it at once after
+        the bot has answered them; which, in words."""
         down = self.rng.random() < 0.5
         if down:
-            await self.relay.kill()
+            await service.kill()
             await self.answered(self.tap(taps))
         else:
             await self.answered(self.tap(taps))
-            await self.relay.kill()
+            await service.kill()
+        return "taps while it is down" if down else "killed once the taps are answered"
+
+    async def kill_relay(self, taps: list[tuple[Ask, str]]) -> str:
+        how = await self.killed(self.relay, taps)
         since = self.relay.mark()
         await self.start_relay()
         await self.connected(self.host_id, self.bot_id, since=since)
-        return "taps while it is down" if down else "killed once the taps are answered"
+        return how
 
     async def kill_bot(self, taps: list[tuple[Ask, str]]) -> str:
         when = self.rng.choice(("down", "first answered", "answered"))
@@ -320,13 +326,7 @@ class Suite:
                 "answered": "killed once the taps are answered"}[when]
 
     async def kill_host(self, taps: list[tuple[Ask, str]]) -> str:
-        down = self.rng.random() < 0.5
-        if down:
-            await self.host.kill()
-            await self.answered(self.tap(taps))
-        else:
-            await self.answered(self.tap(taps))
-            await self.host.kill()
+        how = await self.killed(self.host, taps)
         waiting = [a for a in self.asks if a.process.returncode is None]
         orphan = self.rng.choice(waiting) if waiting and self.rng.random() < 0.5 else None
         if orphan is not None:
@@ -339,7 +339,6 @@ class Suite:
             item_id = host_items(self.tmp / "agent")[orphan.tool][0]
             orphan.process = await start_cli("ask", "--item", item_id, "--json",
                                              env=self.host_env)
-        how = "taps while it is down" if down else "killed once the taps are answered"
         return how + (f", {orphan.tool}'s ask killed with it" if orphan else "")
 
     async def fill_relay(self, taps: list[tuple[Ask, str]]) -> str:
