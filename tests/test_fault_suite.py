@@ -10,8 +10,10 @@ first ask and about one in eight others are never tapped) while its fault happen
 
 - *kill relay, kill bot, kill host:* SIGKILL and start again, with the taps made while
   the process is down, or at once after the bot has answered them (decisions and card
-  edits in flight); the bot also as soon as the first of the taps is answered. A waiting
-  ``ask`` may die with the host; ``ask --item`` then takes over.
+  edits in flight); the bot also as soon as the first of the taps is answered, or as
+  soon as the first card of two asks started after the taps shows (the other being
+  posted: the window for one extra copy). A waiting ``ask`` may die with the host;
+  ``ask --item`` then takes over.
 - *fill relay, fill bot, fill host:* the process may write no file (``RLIMIT_FSIZE`` of
   0, set on it while it runs: SQLite's ``max_page_count`` is a setting of one connection,
   so another process cannot fill a database that way) until it has failed on what the
@@ -309,10 +311,15 @@ class Suite:
         return how
 
     async def kill_bot(self, taps: list[tuple[Ask, str]]) -> str:
-        when = self.rng.choice(("down", "first answered", "answered"))
+        when = self.rng.choice(("down", "first answered", "answered", "posting"))
         if when == "down":
             await self.bot.kill()
             self.tap(taps)
+        elif when == "posting":
+            self.tap(taps)
+            late = [await self.submit(), await self.submit()]
+            await until(lambda: any(self.copies(a) for a in late), "a card of a late ask")
+            await self.bot.kill()
         else:
             queries = self.tap(taps)
             await self.answered(queries, 1 if when == "first answered" else None)
@@ -323,7 +330,8 @@ class Suite:
         await self.connected(self.bot_id, since=since)
         return {"down": "taps while it is down",
                 "first answered": "killed once the first tap is answered",
-                "answered": "killed once the taps are answered"}[when]
+                "answered": "killed once the taps are answered",
+                "posting": "killed once the first card of two late asks shows"}[when]
 
     async def kill_host(self, taps: list[tuple[Ask, str]]) -> str:
         how = await self.killed(self.host, taps)
@@ -468,6 +476,7 @@ class Suite:
         problems = self.card_problems(states)
         assert not problems, "\n".join(problems)
         extra = {a.tool: len(self.copies(a)) - 1 for a in self.asks if len(self.copies(a)) > 1}
+        print(f"extra copies {extra} for {self.bot_kills} bot kill(s)")
         assert sum(extra.values()) <= self.bot_kills, (
             f"extra copies {extra} for {self.bot_kills} bot kill(s)")
         for service in self.services:
