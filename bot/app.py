@@ -18,7 +18,7 @@ from telegram.ext import Application, ApplicationBuilder, Defaults
 
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
 from bot.clock import SYSTEM_CLOCK, Clock
-from bot.config import Config
+from bot.config import Config, WebhookConfig
 from bot.errors import BotApiError, BotFailed, StoreError
 from bot.health import HEARTBEAT_S, remove_status, write_status
 from bot.heap import keep_large_buffers
@@ -37,6 +37,7 @@ from bot.tg.notes import NoteWorker
 from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
 from bot.tg.update_inbox import UpdateInbox
+from bot.tg.webhook import WebhookServer
 from bot.tg.worker import CardWorker
 
 log = logging.getLogger(__name__)
@@ -205,12 +206,28 @@ class Bot:
         # handled: each update is stored before it is confirmed (see bot.tg.update_inbox).
         inbox = UpdateInbox(application, bridge, allowed_updates=ALLOWED_UPDATES)
         running.supervisor.start("update handler", inbox.handle)
-        running.supervisor.start("update fetcher", inbox.fetch)
-        # Stopped first: no update is taken on while the rest shuts down.
-        stack.push_async_callback(running.supervisor.stop, "update fetcher", "update handler")
+        if config.webhook is None:
+            running.supervisor.start("update fetcher", inbox.fetch)
+            # Stopped first: no update is taken on while the rest shuts down.
+            stack.push_async_callback(running.supervisor.stop, "update fetcher",
+                                      "update handler")
+        else:
+            stack.push_async_callback(running.supervisor.stop, "update handler")
+            await _serve_webhook(config.webhook, inbox, stack)
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
         return running
+
+
+async def _serve_webhook(webhook: WebhookConfig, inbox: UpdateInbox,
+                         stack: contextlib.AsyncExitStack) -> None:
+    """Listen for Telegram's posts, then tell Telegram where to post; stopped before the
+    update handler, so that no update is taken on while the rest shuts down."""
+    redact_value(webhook.secret)
+    server = WebhookServer(webhook, inbox)
+    await server.start()
+    stack.push_async_callback(server.stop)
+    await inbox.set_webhook(webhook.url, webhook.secret)
 
 
 def _watch_store(store: Store, supervisor: Supervisor, clock: Clock) -> None:

@@ -10,11 +10,13 @@ wrong with it.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.core.policy import SERVICE_IDS
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
+DEFAULT_LISTEN = "127.0.0.1:8443"
+WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+"""What Telegram accepts as a webhook's ``secret_token``."""
 DEFAULT_GRANT_MINUTES = 30
 MAX_GRANT_MINUTES = 24 * 60
 
@@ -63,6 +68,22 @@ class ChatPolicy:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """``[telegram] mode = "webhook"``: Telegram posts updates to :attr:`url`, which a
+    reverse proxy (or Telegram itself) brings to :attr:`host`:`port`."""
+
+    url: str
+    secret: str = field(repr=False)
+    host: str = "127.0.0.1"
+    port: int = 8443
+
+    @property
+    def path(self) -> str:
+        """The path the bot serves the webhook on: that of :attr:`url`."""
+        return urlsplit(self.url).path or "/"
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything the bot needs to run."""
 
@@ -76,6 +97,8 @@ class Config:
     chat_pace_s: float = 1.0
     timezone: str = "UTC"
     source: Path | None = None
+    webhook: WebhookConfig | None = None
+    """Set in webhook mode; ``None``: long polling."""
 
     @property
     def identity_path(self) -> Path:
@@ -177,10 +200,13 @@ def _token_from_file(environ: Mapping[str, str]) -> str:
 
 def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:
     """Validate a decoded TOML document. Relative paths are taken from ``base``."""
-    _only_keys(data, "", {"telegram", "state", "chats", "templates", "device"})
+    _only_keys(data, "", {"telegram", "state", "chats", "templates", "device", "http"})
     telegram = _table(data, "telegram")
     _only_keys(telegram, "telegram.",
-               {"token", "api_url", "admins", "chat_pace_seconds", "timezone"})
+               {"token", "api_url", "admins", "chat_pace_seconds", "timezone", "mode",
+                "webhook_url", "webhook_secret", "webhook_secret_file"})
+    http = _table(data, "http")
+    _only_keys(http, "http.", {"listen"})
     state = _table(data, "state")
     _only_keys(state, "state.", {"dir"})
     templates = _table(data, "templates")
@@ -216,7 +242,74 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
         chat_pace_s=float(pace),
         timezone=_timezone(telegram, "telegram.timezone") or "UTC",
         source=source,
+        webhook=_webhook(telegram, http, base),
     )
+
+
+def _webhook(telegram: Mapping[str, Any], http: Mapping[str, Any],
+             base: Path) -> WebhookConfig | None:
+    """The webhook settings in webhook mode; ``None`` in polling mode (the default), where
+    settings given for it are still checked, so that switching over finds no surprise."""
+    mode = telegram.get("mode", "polling")
+    if mode not in ("polling", "webhook"):
+        raise ConfigError(f'telegram.mode: must be "polling" or "webhook", got {mode!r}')
+    url = _string(telegram, "telegram.webhook_url", "")
+    if url:
+        _check_webhook_url(url)
+    secret = _webhook_secret(telegram, base)
+    host, port = _listen(_string(http, "http.listen", DEFAULT_LISTEN))
+    if mode == "polling":
+        return None
+    if not url:
+        raise ConfigError('telegram.webhook_url: required with mode = "webhook" (the https '
+                          "URL Telegram posts updates to)")
+    if secret is None:
+        raise ConfigError('telegram.webhook_secret: required with mode = "webhook" (or '
+                          "telegram.webhook_secret_file)")
+    return WebhookConfig(url=url, secret=secret, host=host, port=port)
+
+
+def _check_webhook_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname:
+        raise ConfigError(f"telegram.webhook_url: must be an https:// URL (Telegram posts "
+                          f"only to https), got {url!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError("telegram.webhook_url: must have no query or fragment")
+
+
+def _webhook_secret(telegram: Mapping[str, Any], base: Path) -> str | None:
+    """``webhook_secret`` or the content of ``webhook_secret_file`` (never both); the value
+    is never quoted in an error."""
+    inline = _string(telegram, "telegram.webhook_secret", "")
+    file_name = _string(telegram, "telegram.webhook_secret_file", "")
+    if inline and file_name:
+        raise ConfigError("telegram.webhook_secret: set it or telegram.webhook_secret_file, "
+                          "not both")
+    key, secret = "telegram.webhook_secret", inline
+    if file_name:
+        key, path = "telegram.webhook_secret_file", base / file_name
+        try:
+            secret = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{key}: cannot read {path}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from exc
+    elif "webhook_secret" not in telegram:
+        return None
+    if not WEBHOOK_SECRET.fullmatch(secret):
+        raise ConfigError(f"{key}: must be 1 to 256 characters of A-Z, a-z, 0-9, _ and - "
+                          "(what Telegram accepts as a secret token)")
+    return secret
+
+
+def _listen(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8443`` for an IPv6 address)."""
+    host, colon, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f'http.listen: must be host:port such as "{DEFAULT_LISTEN}", '
+                          f"got {value!r}")
+    return host, int(port)
 
 
 def _chat(entry: object, where: str) -> ChatConfig:

@@ -140,13 +140,14 @@ class Bookkeeping(BridgeBase):
             self._store.cards.attachment_sent(card_id)
             self._store.cards.clean(card_id, generation)
 
-    def hold_updates(self, updates: list[tuple[int, str]]) -> None:
+    def hold_updates(self, updates: list[tuple[int, str]], *, durable: bool = False) -> None:
         """Store fetched updates (id, JSON) before ``getUpdates`` confirms them.
 
-        Without waiting for the disk: a killed process keeps them, and the handler's own
-        commit (durable for a tap) makes them durable too, so a tap costs one ``fsync``.
+        By default without waiting for the disk: a killed process keeps them, and the
+        handler's own commit (durable for a tap) makes them durable too, so a tap costs one
+        ``fsync``. ``durable`` waits for it (a webhook's answer confirms the update at once).
         """
-        with self._store.transaction(durable=False):
+        with self._store.transaction(durable=durable):
             for update_id, body in updates:
                 self._store.updates.add(update_id, body)
 

@@ -9,7 +9,8 @@ after its handler returns when it changes nothing; a restarted bot handles every
 not marked yet, so each is handled exactly once for what it changes.
 
 Fetching does not wait for handling: a tap that arrives while a handler waits out a 429 is
-stored at once.
+stored at once. In webhook mode (:mod:`bot.tg.webhook`) the updates Telegram posts are held
+the same way, before the answer that confirms them.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class UpdateInbox:
             else:
                 try:
                     if updates:
-                        self._hold(updates)
+                        self.hold([(u.update_id, json.dumps(u.to_dict())) for u in updates])
                         offset = updates[-1].update_id + 1
                     retries.reset()
                     continue
@@ -117,10 +118,23 @@ class UpdateInbox:
                                 "them again in %.0f s", len(updates), exc, delay)
             await self._clock.sleep(delay)
 
-    def _hold(self, updates: Sequence[Update]) -> None:
-        self._bridge.hold_updates(
-            [(update.update_id, json.dumps(update.to_dict())) for update in updates])
+    def hold(self, updates: Sequence[tuple[int, str]], *, durable: bool = False) -> None:
+        """Store updates (id, JSON) not held yet and wake the handler; a copy of one held
+        before is ignored. :class:`StoreUnavailable` when the store cannot take them."""
+        self._bridge.hold_updates(list(updates), durable=durable)
         self._arrived.set()
+
+    async def set_webhook(self, url: str, secret: str) -> None:
+        """Ask Telegram to post updates to ``url`` with ``secret``; BotApiError if it
+        refuses (no update would ever arrive)."""
+        try:
+            await self._application.bot.set_webhook(
+                url, secret_token=secret, allowed_updates=self._allowed)
+        except tg_error.InvalidToken as exc:
+            raise BotApiError("Telegram refused the bot token") from exc
+        except tg_error.TelegramError as exc:
+            raise BotApiError(f"Telegram refused the webhook {url}: {exc}") from exc
+        log.info("Telegram posts updates to %s", url)
 
     async def handle(self) -> None:
         """Hand every stored update to the handlers, oldest first, forever."""

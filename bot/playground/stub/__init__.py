@@ -19,6 +19,7 @@ The server runs in the test's own event loop.
 - :mod:`.shapes`: the world in the Bot API's JSON shapes;
 - :mod:`.methods`: the Bot API methods;
 - :mod:`.faults`: failure injection and Telegram's rate limits;
+- :mod:`.webhook`: ``setWebhook`` and the posts of updates to the bot's endpoint;
 - :mod:`.decoding`, :mod:`.validation`, :mod:`.errors`: a call's parameters, what Telegram
   refuses in them, and the error answers.
 """

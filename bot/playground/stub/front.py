@@ -112,6 +112,7 @@ class TelegramStub:
     async def __aexit__(self, *exc_info: object) -> None:
         self.world.closing = True
         self.world.changed.fire()
+        await self.api.webhook.stop()
         await self._server.stop()
 
     # --- setting up the world -----------------------------------------------------------

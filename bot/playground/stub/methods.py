@@ -14,6 +14,7 @@ from typing import Any
 from bot.playground.stub.errors import ApiError, bad_request
 from bot.playground.stub.shapes import chat_json, member_json, message_json
 from bot.playground.stub.validation import checked_markup, inline_markup, parse_text
+from bot.playground.stub.webhook import Webhook
 from bot.playground.stub.world import Chat, StoredDocument, StoredMessage, World
 from bot.playground.tg_html import Entity
 
@@ -45,6 +46,7 @@ class BotApi:
         self.long_poll_cap = long_poll_cap
         self._allowed_updates = DEFAULT_UPDATE_TYPES
         self._poll_generation = 0
+        self.webhook = Webhook(world)
         self.handlers: dict[str, Method] = {
             name.removeprefix("_api_").lower(): getattr(self, name)
             for name in dir(self)
@@ -74,13 +76,16 @@ class BotApi:
             "has_main_web_app": False,
         }
 
+    async def _api_setWebhook(self, params: dict[str, Any]) -> Any:
+        self.webhook.set(params, DEFAULT_UPDATE_TYPES)
+        return True
+
     async def _api_deleteWebhook(self, params: dict[str, Any]) -> Any:
-        if params.get("drop_pending_updates"):
-            self.world.updates.clear()
+        self.webhook.delete(drop_pending=bool(params.get("drop_pending_updates")))
         return True
 
     async def _api_getWebhookInfo(self, params: dict[str, Any]) -> Any:
-        return {"url": "", "has_custom_certificate": False, "pending_update_count": 0}
+        return self.webhook.info()
 
     async def _api_setMyCommands(self, params: dict[str, Any]) -> Any:
         commands = params.get("commands")
@@ -97,6 +102,7 @@ class BotApi:
         return True
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> Any:
+        self.webhook.refuse_polling()
         world = self.world
         offset = params.get("offset")
         if isinstance(offset, int) and offset > 0:
