@@ -1,8 +1,9 @@
 """The checks of ``skald-telegram doctor``: check a setup and say how to fix what is wrong.
 
-Each check gives one :class:`Check`: the configuration, the token (``getMe``), each relay
-of the paired agents (connect and authenticate), the state folder's permissions, the key
-file's mode and the SQLite schema version. The exit code is 0 only if every check passes.
+Each check gives one :class:`Check`: the configuration, the token (``getMe``), in webhook
+mode the webhook (its settings, and that its address can be listened on), each relay of the
+paired agents (connect and authenticate), the state folder's permissions, the key file's
+mode and the SQLite schema version. The exit code is 0 only if every check passes.
 """
 
 from __future__ import annotations
@@ -21,8 +22,15 @@ from telegram import error as tg_error
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, InvalidURI, WebSocketException
 
-from bot.config import Config, config_path, load_config
-from bot.errors import ConfigError, IdentityError, ProtocolError, RelayError, StoreError
+from bot.config import Config, WebhookConfig, config_path, load_config
+from bot.errors import (
+    BotApiError,
+    ConfigError,
+    IdentityError,
+    ProtocolError,
+    RelayError,
+    StoreError,
+)
 from bot.keyfile import load_identity
 from bot.logsafety import redact_value
 from bot.protocol.identity import Identity
@@ -31,6 +39,7 @@ from bot.relay.frames import MAX_FRAME_BYTES
 from bot.statedir import creatable, process_user, readable_by_others
 from bot.store import SCHEMA_VERSION, Store
 from bot.storefaults import describe_folder, folder_problem
+from bot.tg.webhook import bind
 
 RELAY_TIMEOUT_S: Final = 5.0
 TOKEN_TIMEOUT_S: Final = 10.0
@@ -57,6 +66,8 @@ async def diagnose(
         return [Check("config", False, str(exc), f"edit {path} (see the configuration "
                                                  "reference in docs/configuration.md)")]
     checks = [check_config(config), await check_token(config)]
+    if config.webhook is not None:
+        checks.append(check_webhook(config.webhook))
     checks.append(check_state_dir(config.state_dir))
     if not _searchable(config.state_dir):
         skipped = "not checked: fix the state folder first"
@@ -110,6 +121,20 @@ async def check_token(config: Config) -> Check:
         with contextlib.suppress(tg_error.TelegramError):
             await bot.shutdown()
     return Check("token", True, f"@{username}")
+
+
+def check_webhook(webhook: WebhookConfig) -> Check:
+    """The settings (already valid, or the configuration check failed) and whether
+    ``http.listen`` can be listened on; the secret is never shown."""
+    address = f"{webhook.host}:{webhook.port}"
+    try:
+        bind(webhook.host, webhook.port).close()
+    except BotApiError as exc:
+        return Check("webhook", False, str(exc),
+                     f"change http.listen, or stop what listens on {address} (when it is "
+                     "this bot, running in webhook mode, all is well)")
+    return Check("webhook", True, f"Telegram posts to {webhook.url}; the bot would listen on "
+                                  f"{address}{webhook.path}")
 
 
 def check_state_dir(path: Path) -> Check:

@@ -20,6 +20,7 @@ from world import ADA, TOKEN, World, approval, make_world, running_bot
 
 from bot.app import ALLOWED_UPDATES, Running
 from bot.config import Config, ConfigError, parse_config
+from bot.doctor import diagnose, format_checks
 from bot.errors import BotApiError, StoreError
 from bot.store import Store
 from bot.tg.webhook import MAX_BODY_BYTES
@@ -227,3 +228,31 @@ def test_the_secret_may_come_from_a_file_and_ipv6_listens(tmp_path: Path) -> Non
     assert SECRET not in repr(config)
     assert parse_config({"telegram": {"webhook_url": PUBLIC_URL}}, base=tmp_path).webhook \
         is None  # polling stays the default
+
+
+async def test_doctor_checks_the_webhook_and_that_its_address_can_be_listened_on(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        def config_file(port: int) -> str:
+            path = tmp_path / "skald-telegram.toml"
+            path.write_text(
+                f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\n'
+                f'mode = "webhook"\nwebhook_url = "{PUBLIC_URL}"\n'
+                f'webhook_secret = "{SECRET}"\n[http]\nlisten = "127.0.0.1:{port}"\n'
+                f'[state]\ndir = "{tmp_path / "state"}"\n')
+            return str(path)
+
+        free_one = free_port()
+        [ok] = [c for c in await diagnose(config_file(free_one), environ={})
+                if c.name == "webhook"]
+        assert ok.ok, ok
+        assert f"127.0.0.1:{free_one}/telegram/hook" in ok.detail
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            checks = await diagnose(config_file(port), environ={})
+        [failed] = [c for c in checks if c.name == "webhook"]
+        assert not failed.ok
+        assert f"cannot listen on 127.0.0.1:{port}" in failed.detail
+        assert SECRET not in format_checks(checks)
