@@ -21,13 +21,15 @@ from bot.protocol.payloads import ApprovalDecision
 
 @asynccontextmanager
 async def bot_process(
-    world: World, pace: float = 0.0
+    world: World, pace: float = 0.0, *, settings: str = ""
 ) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m bot run``; ``settings`` (TOML lines) go into its ``[telegram]`` table,
+    or into tables of their own after a table header."""
     config = world.tmp / "skald-telegram.toml"
     config.write_text(
-        f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
-        f"chat_pace_seconds = {pace}\n"
         f'[state]\ndir = "{world.tmp / "state"}"\n'
+        f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
+        f"chat_pace_seconds = {pace}\n{settings}"
     )
     env = {**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}
     process = await asyncio.create_subprocess_exec(

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import eventually
+from test_bot_kill import bot_process
 from test_store_faults import fill, free
 from test_update_inbox import taps_recorded
 from world import ADA, TOKEN, World, approval, make_world, running_bot
@@ -256,3 +257,22 @@ async def test_doctor_checks_the_webhook_and_that_its_address_can_be_listened_on
         assert not failed.ok
         assert f"cannot listen on 127.0.0.1:{port}" in failed.detail
         assert SECRET not in format_checks(checks)
+
+
+async def test_the_bot_process_in_webhook_mode_decides_a_tap_posted_to_it(
+        tmp_path: Path) -> None:
+    port = free_port()
+    async with make_world(tmp_path) as world:
+        world.tg.api.webhook.forward_to = f"http://127.0.0.1:{port}"
+        settings = (f'mode = "webhook"\nwebhook_url = "{PUBLIC_URL}"\n'
+                    f'webhook_secret = "{SECRET}"\n[http]\nlisten = "127.0.0.1:{port}"\n')
+        async with bot_process(world, settings=settings):
+            await world.tg.wait_for(lambda tg: bool(tg.calls("setWebhook")), timeout=20)
+            await world.pair(ADA)
+            world.agent.submit_approval(approval("apr_process"))
+            card = await world.wait_card(ADA, "apr_process", timeout=20)
+            query = world.tap(ADA, card, ADA, "Approve")
+            await world.agent.wait_for(lambda a: len(a.decisions) == 1, timeout=20)
+            await world.tg.wait_for(lambda tg: query in tg.callback_answers)
+        assert world.tg.calls("getUpdates") == []
+        assert SECRET not in (tmp_path / "bot.log").read_text()
