@@ -24,6 +24,7 @@ from bot.config import Config, ConfigError, parse_config
 from bot.doctor import diagnose, format_checks
 from bot.errors import BotApiError, StoreError
 from bot.store import Store
+from bot.store.updates import KEEP_HANDLED
 from bot.tg.webhook import MAX_BODY_BYTES
 
 SECRET = "s3cret_webhook-Token"
@@ -276,3 +277,18 @@ async def test_the_bot_process_in_webhook_mode_decides_a_tap_posted_to_it(
             await world.tg.wait_for(lambda tg: query in tg.callback_answers)
         assert world.tg.calls("getUpdates") == []
         assert SECRET not in (tmp_path / "bot.log").read_text()
+
+
+def test_pruning_keeps_recent_handled_ids_so_a_late_copy_is_still_ignored(
+        tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "state.sqlite3")
+    for update_id in range(1, KEEP_HANDLED + 501):
+        store.updates.add(update_id, "{}")
+        store.updates.done(update_id)
+    store.updates.prune()
+    oldest_kept = 501
+    store.updates.add(oldest_kept, '{"update_id": 501}')  # posted again
+    store.updates.add(oldest_kept - 1, '{"update_id": 500}')  # too old to be known
+    assert store.updates.pending() == [(oldest_kept - 1, '{"update_id": 500}')]
+    assert store.updates.next_offset() == KEEP_HANDLED + 501
+    store.close()

@@ -3,7 +3,12 @@ held here before ``getUpdates`` confirms it, and marked done once handled."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from bot.store.db import Database
+
+KEEP_HANDLED: Final = 1000
+"""Handled updates whose ids :meth:`Updates.prune` keeps."""
 
 
 class Updates:
@@ -33,6 +38,9 @@ class Updates:
         return int(row["m"]) + 1 if row and row["m"] is not None else None
 
     def prune(self) -> None:
-        """Forget handled updates but the newest (it keeps the offset)."""
+        """Forget handled updates but the newest :data:`KEEP_HANDLED` (the newest keeps the
+        offset; the others make a copy Telegram posts again to a webhook, its answer lost,
+        be recognised)."""
         self._db.run("DELETE FROM updates WHERE done = 1 AND update_id <"
-                     " (SELECT max(update_id) FROM updates)")
+                     " (SELECT min(update_id) FROM (SELECT update_id FROM updates"
+                     " ORDER BY update_id DESC LIMIT ?))", (KEEP_HANDLED,))
