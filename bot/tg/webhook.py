@@ -122,8 +122,10 @@ class WebhookServer:
         self._config = config
         endpoint = WebhookEndpoint(inbox, config.secret)
         app = Starlette(routes=[Route(config.path, endpoint.answer, methods=["POST"])])
+        # log_config=None: uvicorn's lines go through the bot's own logging (and its
+        # redaction) instead of handlers of its own.
         self._server = _Server(uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off",
+            app, log_config=None, log_level="warning", access_log=False, lifespan="off",
             timeout_graceful_shutdown=2))
         self._serving: asyncio.Task[None] | None = None
 
