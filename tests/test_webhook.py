@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+import telegram
 from conftest import eventually
 from test_bot_kill import bot_process
 from test_store_faults import fill, free
@@ -23,6 +24,7 @@ from bot.app import ALLOWED_UPDATES, Running
 from bot.config import Config, ConfigError, parse_config
 from bot.doctor import diagnose, format_checks
 from bot.errors import BotApiError, StoreError
+from bot.playground.stub import TelegramStub
 from bot.store import Store
 from bot.store.updates import KEEP_HANDLED
 from bot.tg.webhook import MAX_BODY_BYTES
@@ -292,3 +294,21 @@ def test_pruning_keeps_recent_handled_ids_so_a_late_copy_is_still_ignored(
     assert store.updates.pending() == [(oldest_kept - 1, '{"update_id": 500}')]
     assert store.updates.next_offset() == KEEP_HANDLED + 501
     store.close()
+
+
+async def test_the_stand_in_refuses_what_telegram_refuses_about_webhooks() -> None:
+    async with TelegramStub(token=TOKEN) as tg:
+        bot = telegram.Bot(TOKEN, base_url=f"{tg.api_url}/bot")
+        async with bot:
+            with pytest.raises(telegram.error.BadRequest, match="n https url must be provided"):
+                await bot.set_webhook("http://bot.example.test/hook")
+            with pytest.raises(telegram.error.BadRequest, match="ecret token"):
+                await bot.set_webhook(PUBLIC_URL, secret_token="no spaces")
+            await bot.set_webhook(PUBLIC_URL, secret_token=SECRET, allowed_updates=["message"])
+            info = await bot.get_webhook_info()
+            assert (info.url, info.allowed_updates) == (PUBLIC_URL, ("message",))
+            with pytest.raises(telegram.error.Conflict, match="ebhook is active"):
+                await bot.get_updates()
+            await bot.delete_webhook()
+            assert (await bot.get_webhook_info()).url == ""
+            assert await bot.get_updates() == ()
