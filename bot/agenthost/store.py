@@ -104,6 +104,8 @@ _MIGRATIONS: Final[tuple[Step, ...]] = (
     ),
     ("ALTER TABLE items ADD COLUMN edited_json TEXT",),
 )
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The ``user_version`` of an up-to-date file."""
 
 
 def private_folder(path: Path) -> Path:
