@@ -174,6 +174,7 @@ def script(host: AgentHost) -> Item:
     ({"description": "other"}, "'description' is not editable"),
     ({"command": 5}, "'command' changed its type from string to number"),
     ({"timeout": "30"}, "'timeout' changed its type from number to string"),
+    ({"timeout": True}, "'timeout' changed its type from number to boolean"),
     ({"command": "git status\u202e -s"}, "the edited 'command' holds an invisible"),
     ({"extra": "x"}, "an edit may not add or remove a key"),
 ])

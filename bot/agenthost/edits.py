@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bot.hidden import holds_hidden
+from bot.protocol.encoding import canonical_json
 from bot.render.credentials import credentials_in, is_credential_key, strings_in
 
 
@@ -45,7 +46,7 @@ def edit_refusal(
         return "an edit may not add or remove a key"
     for key, value in edited.items():
         before = original[key]
-        if value == before and json_type(value) == json_type(before):
+        if canonical_json(value) == canonical_json(before):
             continue
         if key not in editable:
             return f"{key!r} is not editable"
@@ -54,13 +55,6 @@ def edit_refusal(
         if holds_hidden(value):
             return f"the edited {key!r} holds an invisible or control character"
     return None
-
-
-def changed_keys(original: Mapping[str, Any], edited: Mapping[str, Any]) -> list[str]:
-    """The keys whose values an edit changed, in the edited order."""
-    return [key for key, value in edited.items()
-            if key not in original or original[key] != value
-            or json_type(original[key]) != json_type(value)]
 
 
 def json_type(value: Any) -> str:

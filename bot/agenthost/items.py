@@ -4,9 +4,9 @@ An item is an approval or a question. It starts ``pending`` and ends once: ``app
 ``denied`` by a decision whose ``args_sha256`` matches its arguments, ``answered``,
 ``expired`` when its time runs out, or ``withdrawn`` by the program that asked. An
 approval may be approved with an edit of the keys it lists as ``editable``; it then keeps
-the edited arguments, which are what runs. The
-functions here decide each step and build the ``inbox_update`` every paired device gets;
-the service applies their results to the store.
+the edited arguments, which are what runs. The functions here decide each step and build
+the ``inbox_update`` every paired device gets; the service applies their results to the
+store.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def decide(item: Item, decision: ApprovalDecision, now_ms: int) -> Item | Refuse
         why = _edit_refusal(item, decision)
         if why is not None:
             return Refused(why)
-        if decision.arguments != item.wire.get("arguments"):
+        if decision.edited_sha256 != item.args_sha256:
             edited = dict(decision.arguments)
     state = State.APPROVED if decision.decision == "approve" else State.DENIED
     return replace(

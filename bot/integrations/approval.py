@@ -95,13 +95,17 @@ def edited_verdict(outcome: Outcome, arguments: Mapping[str, Any],
     ("approved with an edit by Ada: command is now `ls -l`"). An edit outside ``editable``
     (which the host never takes) is a deny: the caller could not run what was approved."""
     edited = dict(outcome.arguments or {})
-    changed = [key for key in edited if edited[key] != arguments.get(key)]
+    changed = [key for key in edited if _json(edited[key]) != _json(arguments.get(key))]
     if set(edited) != set(arguments) or any(key not in editable for key in changed):
         return Verdict("deny", "denied by skald-telegram: the approval came back with an "
                                "edit this call cannot take")
     changes = "; ".join(f"{key} is now {_shown(edited[key])}" for key in changed)
     return Verdict("allow", f"approved with an edit{who_decided(outcome)}: {changes}",
                    edited=edited)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _shown(value: Any) -> str:
