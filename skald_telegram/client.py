@@ -71,6 +71,10 @@ class Outcome:
     decided_by: Mapping[str, Any] | None = None
     """Who decided: ``{"name", "username", "telegram_user_id"}`` as far as known."""
     answer: str | None = None
+    edited: bool = False
+    """Approved with an edit: ``arguments`` are then what the person approved."""
+    arguments: Mapping[str, Any] | None = None
+    """The edited arguments to run instead of those submitted (only when ``edited``)."""
 
     @property
     def approved(self) -> bool:
@@ -89,6 +93,8 @@ class Outcome:
             reason=obj.get("reason"),
             decided_by=decided_by if isinstance(decided_by, dict) else None,
             answer=obj.get("answer"),
+            edited=obj.get("edited") is True and isinstance(obj.get("arguments"), dict),
+            arguments=obj.get("arguments") if isinstance(obj.get("arguments"), dict) else None,
         )
 
 
@@ -141,6 +147,7 @@ class _Api:
         grant_key: str | None,
         grant_label: str | None,
         grant_scope: Mapping[str, str] | None = None,
+        editable: Sequence[str] | None = None,
     ) -> _Request:
         body: dict[str, Any] = {
             "tool": tool, "arguments": dict(arguments or {}), "timeout": timeout,
@@ -151,6 +158,7 @@ class _Api:
             ("grant_key", grant_key),
             ("grant_label", grant_label),
             ("grant_scope", None if grant_scope is None else dict(grant_scope)),
+            ("editable", list(editable) if editable else None),
         ):
             if value is not None:
                 body[name] = value
@@ -257,12 +265,15 @@ class AgentClient:
         grant_key: str | None = None,
         grant_label: str | None = None,
         grant_scope: Mapping[str, str] | None = None,
+        editable: Sequence[str] | None = None,
     ) -> str:
         """Put an approval in front of the paired devices; its item id. ``grant_key``
         offers a script's grant; ``grant_scope`` (``kind``, ``key``, ``label``) is what the
-        hooks and the MCP gateway offer instead."""
+        hooks and the MCP gateway offer instead. ``editable`` names the keys of
+        ``arguments`` a person may change before approving: only for a caller that then
+        runs the outcome's ``arguments``."""
         request = _Api.approval(tool, summary, arguments, blocks, timeout, grant_key,
-                                grant_label, grant_scope)
+                                grant_label, grant_scope, editable)
         return str(self._send(request)["item_id"])
 
     def submit_question(
@@ -300,11 +311,12 @@ class AgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         grant_key: str | None = None,
         grant_label: str | None = None,
+        editable: Sequence[str] | None = None,
     ) -> Outcome:
         """Submit an approval and wait for its outcome (``expired`` after ``timeout``)."""
         item_id = self.submit_approval(
             tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
-            grant_key=grant_key, grant_label=grant_label,
+            grant_key=grant_key, grant_label=grant_label, editable=editable,
         )
         return self._finish(item_id, timeout)
 
@@ -399,9 +411,10 @@ class AsyncAgentClient:
         grant_key: str | None = None,
         grant_label: str | None = None,
         grant_scope: Mapping[str, str] | None = None,
+        editable: Sequence[str] | None = None,
     ) -> str:
         request = _Api.approval(tool, summary, arguments, blocks, timeout, grant_key,
-                                grant_label, grant_scope)
+                                grant_label, grant_scope, editable)
         return str((await self._send(request))["item_id"])
 
     async def submit_question(
@@ -433,10 +446,11 @@ class AsyncAgentClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         grant_key: str | None = None,
         grant_label: str | None = None,
+        editable: Sequence[str] | None = None,
     ) -> Outcome:
         item_id = await self.submit_approval(
             tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
-            grant_key=grant_key, grant_label=grant_label,
+            grant_key=grant_key, grant_label=grant_label, editable=editable,
         )
         return await self._finish(item_id, timeout)
 

@@ -46,6 +46,7 @@ RULES = (
     Rule("bot.core", may=frozenset({"bot.protocol"}), pure=True),
     Rule("bot.render", may=frozenset({"bot.protocol", "bot.core"}), pure=True),
     Rule("bot.agenthost.describe", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
+    Rule("bot.agenthost.edits", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     # Shared adapters and settings.
     Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),
     Rule("bot.keyfile", may=frozenset({"bot.protocol"})),

@@ -25,6 +25,7 @@ from bot.agenthost import grants as gr
 from bot.agenthost.service import MAX_TIMEOUT_S, AgentHost, Refusal
 from bot.errors import PayloadError, SkaldError
 from bot.protocol.encoding import loads_limited
+from bot.protocol.payloads import MAX_EDITABLE_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,22 @@ async def create_approval(request: Request) -> Response:
         blocks=_blocks(body.get("blocks")),
         timeout_s=_timeout(body),
         grant=_grant_offer(body),
+        editable=_editable(body.get("editable"), arguments),
     )
     return JSONResponse({"item_id": item.item_id}, status_code=201)
+
+
+def _editable(raw: Any, arguments: dict[str, Any]) -> tuple[str, ...]:
+    """The keys of ``arguments`` the caller can run edited (protocol §3.1 ``editable``);
+    a name ``arguments`` lack is left out (nothing could be edited there)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(key, str) for key in raw):
+        raise Refusal(400, "editable must be a list of argument names", "editable")
+    if len(raw) > MAX_EDITABLE_KEYS or len(set(raw)) != len(raw):
+        raise Refusal(400, f"editable must name at most {MAX_EDITABLE_KEYS} different keys",
+                      "editable")
+    return tuple(key for key in raw if key in arguments)
 
 
 def _grant_offer(body: dict[str, Any]) -> gr.Offer | None:

@@ -169,7 +169,8 @@ class Inbound:
         self.store.save_outcome(result)
         self.delivery.broadcast(peers.values())
         committed.append(functools.partial(
-            log.info, "%s %s by device %s", item_id, result.state.value, opened.sender.id))
+            log.info, "%s %s%s by device %s", item_id, result.state.value,
+            "" if result.edited is None else " with an edit", opened.sender.id))
         return [result]
 
 

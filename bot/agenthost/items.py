@@ -2,9 +2,11 @@
 
 An item is an approval or a question. It starts ``pending`` and ends once: ``approved`` or
 ``denied`` by a decision whose ``args_sha256`` matches its arguments, ``answered``,
-``expired`` when its time runs out, or ``withdrawn`` by the program that asked. The
-functions here decide each step and build the ``inbox_update`` every paired device gets;
-the service applies their results to the store.
+``expired`` when its time runs out, or ``withdrawn`` by the program that asked. An
+approval may be approved with an edit of the keys it lists as ``editable``; it then keeps
+the edited arguments, which are what runs. The functions here decide each step and build
+the ``inbox_update`` every paired device gets; the service applies their results to the
+store.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from bot.protocol.encoding import format_rfc3339
+from bot.agenthost.edits import edit_refusal
+from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.payloads import ApprovalDecision, ClarificationAnswer, Person
 
 MAX_RESOLVED: Final = 100
@@ -72,6 +75,8 @@ class Item:
     decided_by: Mapping[str, Any] | None = None
     answer: str | None = None
     resolved_ms: int | None = None
+    edited: Mapping[str, Any] | None = None
+    """The arguments a person approved after editing; ``None`` when not edited."""
 
     @property
     def pending(self) -> bool:
@@ -91,6 +96,8 @@ class Item:
             "reason": self.reason,
             "decided_by": None if self.decided_by is None else dict(self.decided_by),
             "answer": self.answer,
+            "edited": self.edited is not None,
+            **({} if self.edited is None else {"arguments": dict(self.edited)}),
         }
 
     def listing_json(self) -> dict[str, Any]:
@@ -114,8 +121,9 @@ def approval_wire(
     arguments: Mapping[str, Any],
     created_ms: int,
     expires_ms: int,
+    editable: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    return {
+    wire = {
         "id": item_id,
         "tool": tool,
         "summary": summary,
@@ -124,6 +132,9 @@ def approval_wire(
         "created_at": iso_ms(created_ms),
         "expires_at": iso_ms(expires_ms),
     }
+    if editable:
+        wire["editable"] = list(editable)
+    return wire
 
 
 def question_wire(
@@ -165,10 +176,13 @@ def decide(item: Item, decision: ApprovalDecision, now_ms: int) -> Item | Refuse
         return Refused("args_sha256 does not match the arguments shown")
     if decision.decision not in ("approve", "deny"):
         return Refused(f"unknown decision {decision.decision!r}")
+    edited = None
     if decision.arguments is not None:
-        # The host lists no editable keys, so every edit breaks §3.3: running the call as
-        # shown would run something other than what was approved.
-        return Refused("edited arguments, and the approval lists no editable keys")
+        why = _edit_refusal(item, decision)
+        if why is not None:
+            return Refused(why)
+        if decision.edited_sha256 != item.args_sha256:
+            edited = dict(decision.arguments)
     state = State.APPROVED if decision.decision == "approve" else State.DENIED
     return replace(
         item,
@@ -176,7 +190,22 @@ def decide(item: Item, decision: ApprovalDecision, now_ms: int) -> Item | Refuse
         reason=decision.reason or None,
         decided_by=person_json(decision.decided_by),
         resolved_ms=now_ms,
+        edited=edited,
     )
+
+
+def _edit_refusal(item: Item, decision: ApprovalDecision) -> str | None:
+    """Why the edit a decision carries is refused (§3.3), or ``None``."""
+    edited = decision.arguments
+    if decision.decision != "approve" or decision.grant is not None:
+        return "an edit comes only with a plain approve"
+    if not isinstance(edited, Mapping) or decision.edited_sha256 != args_sha256(dict(edited)):
+        return "edited_sha256 does not match the edited arguments"
+    editable = item.wire.get("editable") or ()
+    if not editable:
+        return "edited arguments, and the approval lists no editable keys"
+    why = edit_refusal(item.wire.get("arguments") or {}, editable, edited)
+    return None if why is None else f"a bad edit: {why}"
 
 
 def answer(item: Item, reply: ClarificationAnswer, now_ms: int) -> Item | Refused:
@@ -225,12 +254,15 @@ def inbox_body(
 
 def _resolved_entry(item: Item) -> dict[str, Any]:
     by = item.decided_by.get("name") if item.decided_by else None
-    return {
+    entry = {
         "id": item.item_id,
         "outcome": WIRE_OUTCOME.get(item.state, item.state.value),
         "by": by,
         "at": None if item.resolved_ms is None else iso_ms(item.resolved_ms),
     }
+    if item.edited is not None:
+        entry["edited"] = True
+    return entry
 
 
 def notification_body(item: Item, agent_name: str) -> dict[str, Any]:

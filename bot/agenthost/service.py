@@ -28,6 +28,7 @@ from bot.agenthost import grants as gr
 from bot.agenthost import items as it
 from bot.agenthost.delivery import Delivery
 from bot.agenthost.describe import credential_blocks, default_summary, describe_arguments
+from bot.agenthost.edits import editable_keys
 from bot.agenthost.expiry import Expiry
 from bot.agenthost.inbound import Inbound
 from bot.agenthost.items import Item, Kind, State
@@ -119,10 +120,12 @@ class AgentHost:
         blocks: list[dict[str, Any]] | None,
         timeout_s: float,
         grant: gr.Offer | None = None,
+        editable: tuple[str, ...] = (),
     ) -> Item:
         """Store a new approval and show it to every paired device; with a ``grant`` it
         offers a grant for the calls under that key (unless the arguments hold a secret),
-        and a call a grant in force covers is approved at once."""
+        and a call a grant in force covers is approved at once. The ``editable`` keys of
+        ``arguments`` that hold no secret may be edited before approving."""
         now = self._clock.now_ms()
         item_id = it.new_item_id(Kind.APPROVAL)
         summary = summary or default_summary(tool, arguments)
@@ -140,6 +143,7 @@ class AgentHost:
             arguments=arguments,
             created_ms=now,
             expires_ms=now + int(timeout_s * 1000),
+            editable=editable_keys(editable, arguments, blocks),
         )
         if offer is not None and covering is None:
             wire["grant_offer"] = offer.wire()

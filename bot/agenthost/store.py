@@ -1,7 +1,8 @@
 """The agent host's durable state: one SQLite file (WAL) in a 0700 folder, files 0600.
 
 It holds the identity, the relay URL and name, ``rev``, the paired devices, the one-time
-pairing secrets, every item with its outcome, the outbox, the replay set, and every
+pairing secrets, every item with its outcome (and the arguments a person approved after
+editing them), the outbox, the replay set, and every
 decision and answer received (refused ones too, with why). One process writes it: the
 host. Each change of the service runs in one :meth:`AgentStore.transaction`, so a SIGKILL
 leaves either all of it or none.
@@ -101,7 +102,10 @@ _MIGRATIONS: Final[tuple[Step, ...]] = (
         )""",
         "CREATE INDEX grants_key ON grants (key, expires_at)",
     ),
+    ("ALTER TABLE items ADD COLUMN edited_json TEXT",),
 )
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The ``user_version`` of an up-to-date file."""
 
 
 def private_folder(path: Path) -> Path:
@@ -273,13 +277,14 @@ class AgentStore:
     def save_outcome(self, item: Item) -> None:
         self._execute(
             "UPDATE items SET state = ?, reason = ?, decided_by_json = ?, answer = ?, "
-            "resolved_at = ? WHERE item_id = ?",
+            "resolved_at = ?, edited_json = ? WHERE item_id = ?",
             (
                 item.state.value,
                 item.reason,
                 None if item.decided_by is None else json.dumps(item.decided_by),
                 item.answer,
                 item.resolved_ms,
+                None if item.edited is None else json.dumps(item.edited, ensure_ascii=False),
                 item.item_id,
             ),
         )
@@ -413,7 +418,7 @@ class AgentStore:
 
 _ITEM_COLUMNS: Final = (
     "item_id, kind, wire_json, args_sha256, created_at, expires_at, state, reason, "
-    "decided_by_json, answer, resolved_at"
+    "decided_by_json, answer, resolved_at, edited_json"
 )
 
 
@@ -430,6 +435,7 @@ def _item(row: tuple[Any, ...]) -> Item:
         decided_by=None if row[8] is None else json.loads(row[8]),
         answer=row[9],
         resolved_ms=None if row[10] is None else int(row[10]),
+        edited=None if row[11] is None else json.loads(row[11]),
     )
 
 

@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "never covers a hook's or the gateway's calls")
     parser.add_argument("--grant-label", metavar="TEXT",
                         help="what the approver is shown the grant covers")
+    parser.add_argument("--editable", action="append", default=[], metavar="KEY",
+                        help="let the approver change this argument before approving "
+                             "(repeatable); the script must then run the arguments that "
+                             "come back (--json: \"arguments\", with \"edited\": true)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="how long to wait for a decision (default: 600)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,7 +110,8 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
     if options.item:
         return {}
     if options.question:
-        if options.arg or options.args_json or options.blocks_json or options.summary:
+        if (options.arg or options.args_json or options.blocks_json or options.summary
+                or options.editable):
             raise UsageError("--question takes --option, not arguments, blocks or a summary")
         return {"question": options.question, "options": options.option}
     if not options.tool:
@@ -126,6 +131,9 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
         if not equals or not key:
             raise UsageError(f"--arg wants KEY=VALUE, got {pair!r}")
         arguments[key] = value
+    missing = [key for key in options.editable if key not in arguments]
+    if missing:
+        raise UsageError(f"--editable {missing[0]} names no argument of the call")
     blocks = None
     if options.blocks_json:
         blocks = _json_argument(options.blocks_json, "--blocks-json", stdin=False)
@@ -134,7 +142,7 @@ def _request(options: argparse.Namespace) -> dict[str, Any]:
                              "'blocks')")
     return {"tool": options.tool, "summary": options.summary, "arguments": arguments,
             "blocks": blocks, "grant_key": options.grant_key,
-            "grant_label": options.grant_label}
+            "grant_label": options.grant_label, "editable": options.editable}
 
 
 def _json_argument(text: str, flag: str, *, stdin: bool) -> Any:
@@ -166,7 +174,8 @@ def _ask(client: AgentClient, options: argparse.Namespace,
                 item_id = client.submit_approval(
                     request["tool"], summary=request["summary"],
                     arguments=request["arguments"], blocks=request["blocks"], timeout=timeout,
-                    grant_key=request["grant_key"], grant_label=request["grant_label"])
+                    grant_key=request["grant_key"], grant_label=request["grant_label"],
+                    editable=request["editable"])
             outcome = client.wait(item_id, timeout + EXPIRY_GRACE_S)
         else:
             outcome = client.wait(item_id, options.timeout)
@@ -200,9 +209,15 @@ def _report(outcome: Outcome, options: argparse.Namespace) -> None:
         }
         if outcome.answer is not None:
             report["answer"] = outcome.answer
+        if outcome.edited:
+            report["edited"] = True
+            report["arguments"] = dict(outcome.arguments or {})
         print(json.dumps(report, ensure_ascii=False))
         return
-    if outcome.state == "answered":
+    if outcome.edited:
+        print(f"approved with an edit by {_who(outcome.decided_by)}")
+        print(json.dumps(dict(outcome.arguments or {}), ensure_ascii=False))
+    elif outcome.state == "answered":
         print(outcome.answer)
     elif outcome.state == "approved" and outcome.reason:
         print(outcome.reason)  # e.g. approved by Ada's grant (…, 12 min left)

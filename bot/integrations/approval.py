@@ -9,6 +9,7 @@ prompt). A person's deny is always a deny.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 WITHDRAW_SECONDS: Final = 5.0
 """How long an interrupted wait may spend taking its card back."""
+MAX_SHOWN_EDIT_CHARS: Final = 2000
+"""How much of an edited value the agent is told (what ran is the whole of it)."""
 
 Decision = Literal["allow", "deny", "ask"]
 OnError = Literal["deny", "ask"]
@@ -31,6 +34,8 @@ OnError = Literal["deny", "ask"]
 class Verdict:
     decision: Decision
     reason: str
+    edited: Mapping[str, Any] | None = None
+    """An allow with an edit: the complete arguments to run instead of the call's own."""
 
 
 Connect = Callable[[], AsyncAgentClient]
@@ -54,11 +59,14 @@ async def ask_person(
     grant_key: str | None = None,
     grant_label: str | None = None,
     grant_kind: Literal["hook", "gateway"] = "hook",
+    editable: Sequence[str] = (),
 ) -> Verdict:
     """Submit an approval, wait up to ``timeout`` seconds, and judge the outcome. With a
     ``grant_key`` (and its ``grant_label``) the approval offers a grant of a hook or of
     the gateway (``grant_kind``), and a call a grant in force covers is approved at once
-    (the verdict's reason names the grant)."""
+    (the verdict's reason names the grant). The ``editable`` keys of ``arguments`` may
+    be edited before approving: the verdict then carries the edited arguments, and the
+    caller must run those."""
     scope = None if grant_key is None else {
         "kind": grant_kind, "key": grant_key, "label": grant_label or grant_key}
     try:
@@ -68,7 +76,7 @@ async def ask_person(
     try:
         item_id = await _submitted(client, client.submit_approval(
             tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
-            grant_scope=scope,
+            grant_scope=scope, editable=editable,
         ))
         outcome = await _wait_or_withdraw(client, item_id, timeout)
     except Exception as exc:  # fail closed, as above
@@ -76,7 +84,36 @@ async def ask_person(
         return failure(one_line(exc), on_error)
     finally:
         await _close(client)
+    if outcome.edited:
+        return edited_verdict(outcome, arguments, editable)
     return verdict_of(outcome, timeout, on_error)
+
+
+def edited_verdict(outcome: Outcome, arguments: Mapping[str, Any],
+                   editable: Sequence[str]) -> Verdict:
+    """The allow for an approval edited before approving, whose reason says what changed
+    ("approved with an edit by Ada: command is now `ls -l`"). An edit outside ``editable``
+    (which the host never takes) is a deny: the caller could not run what was approved."""
+    edited = dict(outcome.arguments or {})
+    changed = [key for key in edited if _json(edited[key]) != _json(arguments.get(key))]
+    if set(edited) != set(arguments) or any(key not in editable for key in changed):
+        return Verdict("deny", "denied by skald-telegram: the approval came back with an "
+                               "edit this call cannot take")
+    changes = "; ".join(f"{key} is now {_shown(edited[key])}" for key in changed)
+    return Verdict("allow", f"approved with an edit{who_decided(outcome)}: {changes}",
+                   edited=edited)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if len(text) > MAX_SHOWN_EDIT_CHARS:
+        text = f"{text[:MAX_SHOWN_EDIT_CHARS]}… ({len(text) - MAX_SHOWN_EDIT_CHARS} more " \
+               "characters)"
+    return f"`{text}`" if "\n" not in text else f"\n{text}\n"
 
 
 async def ask_question(

@@ -2,13 +2,17 @@
 ``PermissionRequest``.
 
 Both answer with exit code 0 and JSON on stdout. ``PermissionRequest`` has no "ask": to
-hand a call back to Claude Code's own dialog the hook prints nothing. Input that cannot be
-read gets exit code 2, which blocks the call (any other non-zero code would let it run).
+hand a call back to Claude Code's own dialog the hook prints nothing. An allow with an
+edit hands Claude Code the edited input (``updatedInput``); under ``PreToolUse`` the
+reason tells the model what changed, as it would otherwise see its own call with the
+result of the edited one. Input that cannot be read gets exit code 2, which blocks the
+call (any other non-zero code would let it run).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from bot.integrations.agents import AGENTS
@@ -27,6 +31,8 @@ from bot.integrations.describe import mcp_name
 class ClaudeCode:
     agent: str = AGENTS["claude-code"].display_name
     events: tuple[str, ...] = ("PreToolUse", "PermissionRequest")
+    editable: Mapping[str, tuple[str, ...]] = MappingProxyType({
+        "Bash": ("command",), "Edit": ("new_string",), "Write": ("content",)})
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         return parse_tool_event(self.agent, self.events, data)
@@ -46,11 +52,14 @@ def parse_tool_event(agent: str, events: tuple[str, ...], data: Mapping[str, Any
 
 
 def pre_tool_use(verdict: Verdict) -> HookAnswer:
-    return HookAnswer(as_json({"hookSpecificOutput": {
+    output: dict[str, Any] = {
         "hookEventName": "PreToolUse",
         "permissionDecision": verdict.decision,
         "permissionDecisionReason": verdict.reason,
-    }}))
+    }
+    if verdict.edited is not None:
+        output["updatedInput"] = dict(verdict.edited)
+    return HookAnswer(as_json({"hookSpecificOutput": output}))
 
 
 def permission_request(verdict: Verdict) -> HookAnswer:
@@ -59,6 +68,8 @@ def permission_request(verdict: Verdict) -> HookAnswer:
     decision: dict[str, Any] = {"behavior": verdict.decision}
     if verdict.decision == "deny":
         decision["message"] = verdict.reason
+    elif verdict.edited is not None:
+        decision["updatedInput"] = dict(verdict.edited)
     return HookAnswer(as_json({"hookSpecificOutput": {
         "hookEventName": "PermissionRequest", "decision": decision,
     }}))

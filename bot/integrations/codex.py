@@ -11,6 +11,7 @@ read gets exit code 2, which blocks the call.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from bot.integrations.agents import AGENTS
@@ -21,11 +22,16 @@ from bot.integrations.contract import HookAnswer, HookEvent, Verdict, blocked
 class Codex:
     agent: str = AGENTS["codex"].display_name
     events: tuple[str, ...] = ("PermissionRequest", "PreToolUse")
+    editable: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+    """None: Codex's hooks cannot rewrite a call's input."""
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         return parse_tool_event(self.agent, self.events, data)
 
     def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:
+        if verdict.edited is not None:
+            verdict = Verdict("deny", "denied by skald-telegram: Codex cannot run an edited "
+                                      "call")
         if event == "PermissionRequest":
             return permission_request(verdict)
         if event == "PreToolUse":

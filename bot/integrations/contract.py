@@ -43,6 +43,9 @@ class HookContract(Protocol):
     """The agent's display name, as summaries name it."""
     events: tuple[str, ...]
     """The hook events this contract answers."""
+    editable: Mapping[str, tuple[str, ...]]
+    """For each tool, the keys of its input a person may edit before approving: those
+    whose edited value the agent runs when the hook answers with the edited input."""
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent: ...
 

@@ -11,6 +11,7 @@ some versions) and the server's ``url`` or ``command``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from bot.integrations.agents import AGENTS
@@ -30,6 +31,8 @@ from bot.integrations.describe import ToolCall
 class Cursor:
     agent: str = AGENTS["cursor"].display_name
     events: tuple[str, ...] = ("beforeShellExecution", "beforeMCPExecution", "preToolUse")
+    editable: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+    """None: Cursor's hooks cannot rewrite a call's input."""
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
         name = event_name(data, self.events)

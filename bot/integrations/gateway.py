@@ -3,7 +3,9 @@
 The gateway starts the upstream server as its child, offers exactly its tools (the
 upstream's own listing, passed through), and decides each call by the policy: ``allow``
 forwards it, ``deny`` refuses it, ``ask`` puts a card in front of a person first. A
-forwarded call returns the upstream result unchanged; a refused one returns an error
+forwarded call returns the upstream result unchanged (a call a person edited before
+approving, which the policy allows, is forwarded with the edited arguments, its result
+after a line saying what changed); a refused one returns an error
 result naming who refused and why, and the upstream tool is never called. The gateway
 ends when its client closes stdin, and the upstream server with it.
 """
@@ -87,9 +89,12 @@ class Gateway:
                 self.connect, tool=name, summary=description.summary, arguments=arguments,
                 blocks=description.blocks, timeout=self.timeout, grant_key=scope.key,
                 grant_label=scope.label, grant_kind="gateway",
+                editable=[key for key in self.policy.editable_for(name) if key in arguments],
             )
             if verdict.decision != "allow":
                 return _error(f"{verdict.reason}; {name} was not called")
+            if verdict.edited is not None:
+                return _told(verdict.reason, await self.forward(name, dict(verdict.edited)))
         return await self.forward(name, arguments)
 
     async def description(self, name: str) -> str | None:
@@ -161,6 +166,13 @@ async def run_gateway(
         )
         async with stdio_server() as (client_read, client_write):
             await server.run(client_read, client_write, server.create_initialization_options())
+
+
+def _told(note: str, result: types.CallToolResult) -> types.CallToolResult:
+    """The upstream's result of an edited call, after a line saying what the person
+    changed (the client otherwise sees its own call with the result of the edited one)."""
+    content = [types.TextContent(type="text", text=note), *result.content]
+    return result.model_copy(update={"content": content})
 
 
 def _error(text: str) -> types.CallToolResult:

@@ -64,6 +64,8 @@ async def run_hook(
         on_error=on_error,
         grant_key=scope.key if scope else None,
         grant_label=scope.label if scope else None,
+        editable=[key for key in contract.editable.get(call.tool, ())
+                  if isinstance(call.arguments.get(key), str)],
     )
     return contract.answer(event.name, verdict)
 

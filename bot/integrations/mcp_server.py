@@ -1,12 +1,14 @@
 """``skald-telegram mcp``: a stdio MCP server through which any MCP client asks a person.
 
 Two tools: ``request_approval`` (returns "approved by …", or an error result "denied by …:
-reason") and ``ask_human`` (returns the answer). Both go through the agent host and fail
+reason"; with ``editable`` keys, an approval with an edit returns the edited
+arguments) and ``ask_human`` (returns the answer). Both go through the agent host and fail
 closed: no host, no decision in time, an error on the way is an error result.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -37,6 +39,7 @@ def build_server(connect: Connect) -> MCPServer:
         arguments: dict[str, Any] | None = None,
         blocks: list[dict[str, str]] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        editable: list[str] | None = None,
     ) -> CallToolResult:
         """Ask a person on Telegram to approve an action, and wait for their decision.
 
@@ -44,15 +47,27 @@ def build_server(connect: Connect) -> MCPServer:
         tool: the tool or action's name. arguments: its arguments (credentials are masked).
         blocks: optional card blocks ({"type", "key"|"label", "value", "value_type"});
         without them the arguments are shown. timeout: seconds to wait (default 600).
+        editable: keys of arguments the person may change before approving; an approval
+        with an edit returns "approved with an edit by …" and the edited arguments
+        (structured: {"edited": true, "arguments": {…}}), which are then what to run.
         Returns "approved by …"; a refusal or no decision in time is an error result.
         """
         if not 1 <= timeout <= MAX_TIMEOUT:
             return _result(_BAD_TIMEOUT, error=True)
         args = arguments or {}
+        keys = list(dict.fromkeys(editable or ()))
+        if any(key not in args for key in keys):
+            return _result("editable must name keys of arguments", error=True)
         shown = blocks or describe(ToolCall("An agent", tool, args), lambda _: None).blocks
         verdict = await ask_person(
-            connect, tool=tool, summary=summary, arguments=args, blocks=shown, timeout=timeout
+            connect, tool=tool, summary=summary, arguments=args, blocks=shown, timeout=timeout,
+            editable=keys,
         )
+        if verdict.edited is not None:
+            edited = dict(verdict.edited)
+            text = f"{verdict.reason}\narguments: {json.dumps(edited, ensure_ascii=False)}"
+            return CallToolResult(content=[TextContent(type="text", text=text)],
+                                  structured_content={"edited": True, "arguments": edited})
         return _result(verdict.reason, error=verdict.decision != "allow")
 
     @server.tool()

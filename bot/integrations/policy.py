@@ -18,6 +18,16 @@ spells its name:
   matches is asked about.
 - A name that held format or control characters is never allowed without asking: an
   ``allow`` for it becomes ``ask``.
+
+An optional ``[editable]`` table names, for tool-name globs matched the same way (the
+first matching entry in file order), the top-level arguments a person may change before
+approving a call the gateway asks about; the gateway then calls the tool with the edited
+arguments::
+
+    [editable]
+    "write_note" = ["content"]
+
+A name that held format or control characters has no editable arguments.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from pathlib import Path
 from typing import Final, Literal, cast
 
 from bot.errors import SkaldError
+from bot.protocol.payloads import MAX_EDITABLE_KEYS
 
 Rule = Literal["allow", "ask", "deny"]
 RULES: Final = ("allow", "ask", "deny")
@@ -43,6 +54,18 @@ class PolicyError(SkaldError):
 @dataclass(frozen=True)
 class Policy:
     entries: tuple[tuple[str, Rule], ...] = ()
+    editable: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(glob, argument names) from the ``[editable]`` table, in file order."""
+
+    def editable_for(self, tool: str) -> tuple[str, ...]:
+        """The arguments of ``tool`` a person may edit before approving."""
+        name = canonical_name(tool)
+        if name != _folded(tool):
+            return ()
+        for glob, keys in self.editable:
+            if fnmatch.fnmatchcase(name, canonical_name(glob)):
+                return keys
+        return ()
 
     def rule_for(self, tool: str) -> Rule:
         entry = self._deciding(tool)
@@ -82,9 +105,10 @@ def parse_policy(text: str, where: str = "policy") -> Policy:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{where}: not valid TOML ({exc})") from exc
-    unknown = sorted(set(data) - {"tools"})
+    unknown = sorted(set(data) - {"tools", "editable"})
     if unknown:
-        raise PolicyError(f"{where}: unknown key {unknown[0]!r}; only a [tools] table is read")
+        raise PolicyError(f"{where}: unknown key {unknown[0]!r}; only the [tools] and "
+                          "[editable] tables are read")
     tools = data.get("tools", {})
     if not isinstance(tools, dict):
         raise PolicyError(f"{where}: tools must be a table of glob = rule")
@@ -95,7 +119,20 @@ def parse_policy(text: str, where: str = "policy") -> Policy:
                 f'{where}: tools."{glob}" must be "allow", "ask" or "deny", got {rule!r}'
             )
         entries.append((glob, cast(Rule, rule)))
-    return Policy(tuple(entries))
+    return Policy(tuple(entries), _editable(data.get("editable", {}), where))
+
+
+def _editable(table: object, where: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(table, dict):
+        raise PolicyError(f"{where}: editable must be a table of glob = [argument names]")
+    entries = []
+    for glob, keys in table.items():
+        if (not isinstance(keys, list) or not keys or len(keys) > MAX_EDITABLE_KEYS
+                or not all(isinstance(key, str) and key for key in keys)):
+            raise PolicyError(f'{where}: editable."{glob}" must be a list of 1 to '
+                              f"{MAX_EDITABLE_KEYS} argument names")
+        entries.append((glob, tuple(dict.fromkeys(keys))))
+    return tuple(entries)
 
 
 def load_policy(path: str | None) -> Policy:
