@@ -1,0 +1,111 @@
+"""The real coding agents end to end: Claude Code and Gemini CLI as installed from npm
+(``.ci/run`` puts them in ``.ci/npm``; ``SKALD_TEST_NPM`` names another folder), run
+headless against a scripted model on 127.0.0.1, with ``skald-telegram hook install`` in a
+throwaway HOME, the agent host as a process, the relay and the real bot. A person's tap
+decides whether the tool the model asked for runs, and a deny's reason reaches the model.
+
+Nothing may leave the machine: the model is local, the API key is fake, and telemetry,
+update checks and error reports are switched off."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from agenthost_world import HostWorld, finished, host_world, run_cli
+from fake_model import FINAL_TEXT, FakeModel, ToolCall, fake_model
+from tapping import SLOW_MACHINE_SECONDS, approve, deny_with_reason
+
+NPM = Path(os.environ.get("SKALD_TEST_NPM") or Path(__file__).parent.parent / ".ci" / "npm")
+AGENT_SECONDS = 3 * SLOW_MACHINE_SECONDS
+"""How long one headless run of an agent may take, cards and taps included."""
+
+QUIET = {
+    "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_BUG_COMMAND": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "GEMINI_TELEMETRY_ENABLED": "false", "GEMINI_CLI_DISABLE_AUTO_UPDATE": "true",
+    "NO_BROWSER": "1", "CI": "1",
+}
+
+
+def agent_program(name: str) -> str:
+    program = NPM / "node_modules" / ".bin" / name
+    assert program.exists(), (
+        f"{program} is missing: install the agents with `npm install --prefix .ci/npm "
+        "@anthropic-ai/claude-code@2.1 @google/gemini-cli@0.61` (.ci/run does) or set "
+        "SKALD_TEST_NPM to the folder they are installed in")
+    return str(program)
+
+
+def agent_env(hw: HostWorld, home: Path, model: FakeModel) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG", "TZ")}
+    return {**keep, **QUIET, "HOME": str(home), "SKALD_AGENT_STATE": str(hw.host.state),
+            "ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-fake-key",
+            "GOOGLE_GEMINI_BASE_URL": model.url, "GEMINI_API_KEY": "fake-gemini-key"}
+
+
+async def install_hook(hw: HostWorld, agent: str, home: Path) -> None:
+    home.mkdir(exist_ok=True)
+    result = await run_cli("hook", "install", agent, "--state", str(hw.host.state),
+                           env={**hw.host.env, "HOME": str(home)})
+    assert result.code == 0, result.err
+
+
+async def start_agent(program: str, args: list[str], env: Mapping[str, str],
+                      cwd: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        program, *args, env=dict(env), cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+def said_to_model(model: FakeModel) -> str:
+    """Everything the agent sent in its last request."""
+    return json.dumps(model.requests[-1][1])
+
+
+async def test_claude_code_runs_what_a_person_approves_and_tells_the_model_a_denial(
+        tmp_path: Path) -> None:
+    claude = agent_program("claude")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "config.py").write_text("HOST = 'localhost'\nDEBUG = True\n")
+    home = tmp_path / "home"
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        await install_hook(hw, "claude-code", home)
+        touch = ToolCall("Bash", {"command": "touch approved.txt",
+                                  "description": "Make a file"})
+        async with fake_model(touch) as model:
+            run = await start_agent(claude, ["-p", "make the file"],
+                                    agent_env(hw, home, model), project)
+            await approve(hw, "Claude Code wants to run: touch approved.txt")
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
+            assert (project / "approved.txt").exists()
+
+        remove = ToolCall("Bash", {"command": "rm config.py", "description": "Clean up"})
+        async with fake_model(remove) as model:
+            run = await start_agent(claude, ["-p", "clean up"],
+                                    agent_env(hw, home, model), project)
+            await deny_with_reason(hw, "Claude Code wants to run: rm config.py",
+                                   "keep the config")
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert result.code == 0, result.err
+            assert (project / "config.py").exists()
+            assert "keep the config" in said_to_model(model)
+
+        read = ToolCall("Read", {"file_path": str(project / "config.py")})
+        edit = ToolCall("Edit", {"file_path": str(project / "config.py"),
+                                 "old_string": "DEBUG = True", "new_string": "DEBUG = False"})
+        async with fake_model(read, edit) as model:
+            run = await start_agent(claude, ["-p", "turn debugging off"],
+                                    agent_env(hw, home, model), project)
+            card = await approve(hw, f"Claude Code wants to edit {project}/config.py")
+            assert "-DEBUG = True" in card.text and "+DEBUG = False" in card.text
+            assert " HOST = 'localhost'" in card.text
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert result.code == 0, result.err
+            assert (project / "config.py").read_text() == "HOST = 'localhost'\nDEBUG = False\n"
