@@ -44,7 +44,8 @@ def agent_env(hw: HostWorld, home: Path, model: FakeModel) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG", "TZ")}
     return {**keep, **QUIET, "HOME": str(home), "SKALD_AGENT_STATE": str(hw.host.state),
             "ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-fake-key",
-            "GOOGLE_GEMINI_BASE_URL": model.url, "GEMINI_API_KEY": "fake-gemini-key"}
+            "GOOGLE_GEMINI_BASE_URL": model.url, "GEMINI_API_KEY": "fake-gemini-key",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true"}
 
 
 async def install_hook(hw: HostWorld, agent: str, home: Path) -> None:
@@ -109,3 +110,37 @@ async def test_claude_code_runs_what_a_person_approves_and_tells_the_model_a_den
             result = await finished(run, timeout=AGENT_SECONDS)
             assert result.code == 0, result.err
             assert (project / "config.py").read_text() == "HOST = 'localhost'\nDEBUG = False\n"
+
+
+async def test_headless_gemini_in_yolo_mode_asks_the_hook_for_each_tool(tmp_path: Path) -> None:
+    gemini = agent_program("gemini")
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini" / "settings.json").write_text(
+        '{"security": {"auth": {"selectedType": "gemini-api-key"}}}\n')
+    # A model named on the command line: no routing requests to a classifier model.
+    headless = ["--approval-mode", "yolo", "--model", "gemini-2.5-flash", "-p"]
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        await install_hook(hw, "gemini", home)
+        touch = ToolCall("run_shell_command", {"command": "touch approved.txt"})
+        async with fake_model(touch) as model:
+            run = await start_agent(gemini, [*headless, "make the file"],
+                                    agent_env(hw, home, model), project)
+            await approve(hw, "Gemini CLI wants to run: touch approved.txt")
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
+            assert (project / "approved.txt").exists()
+
+        remove = ToolCall("run_shell_command", {"command": "rm approved.txt"})
+        async with fake_model(remove) as model:
+            run = await start_agent(gemini, [*headless, "clean up"],
+                                    agent_env(hw, home, model), project)
+            await deny_with_reason(hw, "Gemini CLI wants to run: rm approved.txt",
+                                   "keep the file")
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert result.code == 0, result.err
+            assert (project / "approved.txt").exists()
+            assert "keep the file" in said_to_model(model)
