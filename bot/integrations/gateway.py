@@ -2,7 +2,9 @@
 
 The gateway starts the upstream server as its child, offers exactly its tools (the
 upstream's own listing, passed through), and decides each call by the policy: ``allow``
-forwards it, ``deny`` refuses it, ``ask`` puts a card in front of a person first. A
+forwards it, ``deny`` refuses it, ``ask`` puts a card in front of a person first: the card
+names the MCP client (the name its ``initialize`` request gave in ``clientInfo``) and the
+server (as the client's configuration calls it, ``--name``, else the upstream's own name). A
 forwarded call returns the upstream result unchanged; a refused one returns an error
 result naming who refused and why, and the upstream tool is never called. The gateway
 ends when its client closes stdin, and the upstream server with it.
@@ -33,6 +35,9 @@ from bot.integrations.policy import Policy
 log = logging.getLogger(__name__)
 
 UPSTREAM_START_SECONDS = 30.0
+UNNAMED_CLIENT = "An MCP client"
+CLIENT_NAME_LIMIT = 40
+"""Characters of a client's self-given name shown on a card: a name, not a message."""
 
 
 class UpstreamError(SkaldError):
@@ -79,7 +84,7 @@ class Gateway:
             return _error(f"denied by the gateway policy ({source} = \"deny\"): "
                           f"{name} was not called")
         if rule == "ask":
-            call = ToolCall("An MCP client", name, arguments, mcp_server=self.server_name,
+            call = ToolCall(client_name(ctx), name, arguments, mcp_server=self.server_name,
                             mcp_tool=name, tool_description=await self.description(name))
             description = describe(call, lambda _: None)
             scope = gateway_scope(self.command, name)
@@ -133,10 +138,28 @@ class Gateway:
         return self.upstream_gone
 
 
+def client_name(ctx: ServerRequestContext[Any]) -> str:
+    """The MCP client's name from its ``initialize`` request, as a card shows it."""
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return shown_client_name(info.name if info is not None else None)
+
+
+def shown_client_name(given: str | None) -> str:
+    """A client's self-given name on one short line; none, or one with invisible or
+    control characters, is shown as an unnamed client."""
+    name = " ".join((given or "").split())
+    if not name or not name.isprintable():
+        return UNNAMED_CLIENT
+    return name if len(name) <= CLIENT_NAME_LIMIT else name[:CLIENT_NAME_LIMIT - 1] + "…"
+
+
 async def run_gateway(
-    command: Sequence[str], policy: Policy, connect: Connect, *, timeout: float
+    command: Sequence[str], policy: Policy, connect: Connect, *, timeout: float,
+    server_name: str | None = None,
 ) -> None:
-    """Serve on stdin/stdout until the client goes, with ``command`` as the upstream."""
+    """Serve on stdin/stdout until the client goes, with ``command`` as the upstream;
+    ``server_name`` is what the cards call it (default: the name the upstream gives)."""
     params = StdioServerParameters(
         command=command[0], args=list(command[1:]), env=dict(os.environ)
     )
@@ -151,7 +174,7 @@ async def run_gateway(
                 f"the upstream MCP server ({' '.join(command)}) did not start: {one_line(exc)}"
             ) from exc
         name = initialized.server_info.name if initialized.server_info else command[0]
-        gateway = Gateway(upstream, command, name, policy, connect, timeout)
+        gateway = Gateway(upstream, command, server_name or name, policy, connect, timeout)
         server: Server[Any] = Server(
             f"skald-telegram gateway for {name}",
             version=initialized.server_info.version if initialized.server_info else "",
