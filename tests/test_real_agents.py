@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from agenthost_world import HostWorld, finished, host_world, run_cli
+from agenthost_world import CLI, HostWorld, finished, host_world, run_cli
 from fake_model import FINAL_TEXT, FakeModel, ToolCall, fake_model
 from tapping import SLOW_MACHINE_SECONDS, approve, deny_with_reason
+from world import ADA
 
+UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
 NPM = Path(os.environ.get("SKALD_TEST_NPM") or Path(__file__).parent.parent / ".ci" / "npm")
 AGENT_SECONDS = 3 * SLOW_MACHINE_SECONDS
 """How long one headless run of an agent may take, cards and taps included."""
@@ -45,7 +48,9 @@ def agent_env(hw: HostWorld, home: Path, model: FakeModel) -> dict[str, str]:
     return {**keep, **QUIET, "HOME": str(home), "SKALD_AGENT_STATE": str(hw.host.state),
             "ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-fake-key",
             "GOOGLE_GEMINI_BASE_URL": model.url, "GEMINI_API_KEY": "fake-gemini-key",
-            "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+            # MCP tools offered to the model as they are, not behind Claude Code's tool search.
+            "ENABLE_TOOL_SEARCH": "false"}
 
 
 async def install_hook(hw: HostWorld, agent: str, home: Path) -> None:
@@ -144,3 +149,39 @@ async def test_headless_gemini_in_yolo_mode_asks_the_hook_for_each_tool(tmp_path
             assert result.code == 0, result.err
             assert (project / "approved.txt").exists()
             assert "keep the file" in said_to_model(model)
+
+
+async def test_claude_code_with_the_gateway_asks_once_per_mcp_call(tmp_path: Path) -> None:
+    claude = agent_program("claude")
+    project = tmp_path / "project"
+    project.mkdir()
+    record = tmp_path / "calls.jsonl"
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    # The gateway guards this server: Claude Code's own permission (and so the hook) is
+    # not asked as well.
+    (home / ".claude" / "settings.json").write_text(
+        '{"permissions": {"allow": ["mcp__notes__*"]}}\n')
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        await install_hook(hw, "claude-code", home)
+        servers = {"mcpServers": {"notes": {
+            "command": CLI[0],
+            "args": [*CLI[1:], "mcp", "gateway", "--name", "notes", "--",
+                     sys.executable, str(UPSTREAM)],
+            "env": {"UPSTREAM_RECORD": str(record), "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                    "SKALD_AGENT_STATE": str(hw.host.state)}}}}
+        delete = ToolCall("mcp__notes__delete_note", {"name": "groceries"})
+        async with fake_model(delete) as model:
+            run = await start_agent(
+                claude, ["--mcp-config", json.dumps(servers), "-p", "delete the note"],
+                agent_env(hw, home, model), project)
+            card = await approve(hw, "claude-code wants to call delete_note on notes")
+            assert "groceries" in card.text
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
+            assert "deleted groceries" in said_to_model(model)
+        assert json.loads(record.read_text()) == {"tool": "delete_note",
+                                                  "arguments": {"name": "groceries"}}
+        cards = [m for m in hw.tg.bot_messages(ADA) if "wants to" in m.text]
+        assert len(cards) == 1, [m.text for m in cards]

@@ -66,8 +66,12 @@ class Gateway:
     ) -> types.ListToolsResult:
         if self.upstream_gone is not None:
             raise MCPError(types.INTERNAL_ERROR, self.upstream_gone)
+        # Only the cursor goes upstream: the client's request metadata belongs to its own
+        # connection (a newer protocol era than the upstream's, say).
+        cursor = params.cursor if params is not None else None
         try:
-            listing = await self.upstream.list_tools(params=params)
+            listing = await self.upstream.list_tools(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
         except Exception as exc:
             raise MCPError(types.INTERNAL_ERROR, self._lost(exc)) from exc
         for tool in listing.tools:
