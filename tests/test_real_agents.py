@@ -38,7 +38,7 @@ def agent_program(name: str) -> str:
     program = NPM / "node_modules" / ".bin" / name
     assert program.exists(), (
         f"{program} is missing: install the agents with `npm install --prefix .ci/npm "
-        "@anthropic-ai/claude-code@2.1 @google/gemini-cli@0.61` (.ci/run does) or set "
+        "@anthropic-ai/claude-code@2.1.332 @google/gemini-cli@0.61.0` (.ci/run does) or set "
         "SKALD_TEST_NPM to the folder they are installed in")
     return str(program)
 
@@ -124,7 +124,8 @@ async def test_headless_gemini_in_yolo_mode_asks_the_hook_for_each_tool(tmp_path
     home = tmp_path / "home"
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(
-        '{"security": {"auth": {"selectedType": "gemini-api-key"}}}\n')
+        '{"security": {"auth": {"selectedType": "gemini-api-key"}},'
+        ' "privacy": {"usageStatisticsEnabled": false}}\n')
     # A model named on the command line: no routing requests to a classifier model.
     headless = ["--approval-mode", "yolo", "--model", "gemini-2.5-flash", "-p"]
     async with host_world(tmp_path) as hw:
