@@ -1,6 +1,7 @@
 """A scripted model API on 127.0.0.1 for the real coding agents: Anthropic's Messages API
-(what Claude Code calls at ``ANTHROPIC_BASE_URL``) and Gemini's generateContent API (what
-Gemini CLI calls at ``GOOGLE_GEMINI_BASE_URL``), each streamed as server-sent events.
+(what Claude Code calls at ``ANTHROPIC_BASE_URL``), Gemini's generateContent API (what
+Gemini CLI calls at ``GOOGLE_GEMINI_BASE_URL``) and OpenAI's Responses API (what Codex
+calls at a model provider's ``base_url``), each streamed as server-sent events.
 
 The model asks for the scripted tool calls one after the other, the next one each time the
 conversation carries one more tool result; after the last result it answers with plain
@@ -71,6 +72,8 @@ class FakeModel:
             return self._anthropic(body)
         if ":streamGenerateContent" in target or ":generateContent" in target:
             return self._gemini(body, streamed=":stream" in target)
+        if target.startswith("/v1/responses"):
+            return self._responses(body)
         if "count_tokens" in target or ":countTokens" in target:
             return "200 OK", "application/json", json.dumps(
                 {"input_tokens": 10, "totalTokens": 10}).encode()
@@ -125,6 +128,31 @@ class FakeModel:
                                "delta": {"stop_reason": stop, "stop_sequence": None},
                                "usage": {"output_tokens": 5}}),
             ("message_stop", {"type": "message_stop"}),
+        ]
+        stream = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+        return "200 OK", "text/event-stream", stream.encode()
+
+    def _responses(self, body: Any) -> tuple[str, str, bytes]:
+        items = body.get("input", []) if isinstance(body, dict) else []
+        offered = {tool.get("name") for tool in body.get("tools") or []}
+        results = sum(1 for item in items
+                      if isinstance(item, dict) and item.get("type") == "function_call_output")
+        call = self._next(results, offered)
+        output: dict[str, Any]
+        if call is not None:
+            output = {"type": "function_call", "id": f"fc_fake{results}", "name": call.name,
+                      "arguments": json.dumps(call.arguments), "call_id": f"call_{results}"}
+        else:
+            output = {"type": "message", "id": "msg_fake", "role": "assistant",
+                      "content": [{"type": "output_text", "text": FINAL_TEXT}]}
+        usage = {"input_tokens": 10, "input_tokens_details": None, "output_tokens": 1,
+                 "output_tokens_details": None, "total_tokens": 11}
+        events = [
+            ("response.created", {"type": "response.created", "response": {"id": "resp_fake"}}),
+            ("response.output_item.done", {"type": "response.output_item.done",
+                                           "output_index": 0, "item": output}),
+            ("response.completed", {"type": "response.completed",
+                                    "response": {"id": "resp_fake", "usage": usage}}),
         ]
         stream = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
         return "200 OK", "text/event-stream", stream.encode()

@@ -1,4 +1,4 @@
-"""The real coding agents end to end: Claude Code and Gemini CLI as installed from npm
+"""The real coding agents end to end: Claude Code, Gemini CLI and Codex as installed from npm
 (``.ci/run`` puts them in ``.ci/npm``; ``SKALD_TEST_NPM`` names another folder), run
 headless against a scripted model on 127.0.0.1, with ``skald-telegram hook install`` in a
 throwaway HOME, the agent host as a process, the relay and the real bot. A person's tap
@@ -38,7 +38,8 @@ def agent_program(name: str) -> str:
     program = NPM / "node_modules" / ".bin" / name
     assert program.exists(), (
         f"{program} is missing: install the agents with `npm install --prefix .ci/npm "
-        "@anthropic-ai/claude-code@2.1.332 @google/gemini-cli@0.61.0` (.ci/run does) or set "
+        "@anthropic-ai/claude-code@2.1.332 @google/gemini-cli@0.61.0 @openai/codex@0.171.0` "
+        "(.ci/run does) or set "
         "SKALD_TEST_NPM to the folder they are installed in")
     return str(program)
 
@@ -186,3 +187,52 @@ async def test_claude_code_with_the_gateway_asks_once_per_mcp_call(tmp_path: Pat
                                                   "arguments": {"name": "groceries"}}
         cards = [m for m in hw.tg.bot_messages(ADA) if "wants to" in m.text]
         assert len(cards) == 1, [m.text for m in cards]
+
+
+def also_before_each_tool(hooks_file: Path) -> None:
+    """Headless ``codex exec`` never asks for approval, so no ``PermissionRequest`` fires:
+    the hook ``hook install codex`` put there is added for ``PreToolUse`` too."""
+    settings = json.loads(hooks_file.read_text())
+    settings["hooks"]["PreToolUse"] = settings["hooks"]["PermissionRequest"]
+    hooks_file.write_text(json.dumps(settings))
+
+
+async def test_headless_codex_asks_the_hook_before_each_tool(tmp_path: Path) -> None:
+    codex = agent_program("codex")
+    project = tmp_path / "project"
+    project.mkdir()
+    home = tmp_path / "home"
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        await install_hook(hw, "codex", home)
+        also_before_each_tool(home / ".codex" / "hooks.json")
+
+        def headless(model: FakeModel, prompt: str) -> list[str]:
+            provider = (f'{{name="stand-in", base_url="{model.url}/v1", '
+                        'wire_api="responses", env_key="OPENAI_API_KEY"}')
+            return ["exec", "--skip-git-repo-check", "--model", "gpt-5-codex",
+                    "-c", f"model_providers.standin={provider}", "-c", 'model_provider="standin"',
+                    "-c", "check_for_update_on_startup=false", "-c", "analytics.enabled=false",
+                    "--disable", "plugins", "--disable", "in_app_updates",
+                    "--dangerously-bypass-approvals-and-sandbox",
+                    "--dangerously-bypass-hook-trust", prompt]
+
+        env = {"OPENAI_API_KEY": "sk-fake-key", "CODEX_HOME": str(home / ".codex")}
+        touch = ToolCall("exec_command", {"cmd": "touch approved.txt"})
+        async with fake_model(touch) as model:
+            run = await start_agent(codex, headless(model, "make the file"),
+                                    {**agent_env(hw, home, model), **env}, project)
+            await approve(hw, "Codex wants to run: touch approved.txt")
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
+            assert (project / "approved.txt").exists()
+
+        remove = ToolCall("exec_command", {"cmd": "rm approved.txt"})
+        async with fake_model(remove) as model:
+            run = await start_agent(codex, headless(model, "clean up"),
+                                    {**agent_env(hw, home, model), **env}, project)
+            await deny_with_reason(hw, "Codex wants to run: rm approved.txt", "keep the file")
+            result = await finished(run, timeout=AGENT_SECONDS)
+            assert result.code == 0, result.err
+            assert (project / "approved.txt").exists()
+            assert "keep the file" in said_to_model(model)
