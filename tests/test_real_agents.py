@@ -13,8 +13,9 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from agenthost_world import CLI, HostWorld, finished, host_world, run_cli
 from fake_model import FINAL_TEXT, FakeModel, ToolCall, fake_model
@@ -73,7 +74,36 @@ def said_to_model(model: FakeModel) -> str:
     return json.dumps(model.requests[-1][1])
 
 
-async def test_claude_code_runs_what_a_person_approves_and_tells_the_model_a_denial(
+async def approve_then_deny(hw: HostWorld, home: Path, project: Path, agent: str,
+                            shell: tuple[str, str], program: str,
+                            arguments: Callable[[FakeModel, str], list[str]],
+                            env: Mapping[str, str] = MappingProxyType({})) -> None:
+    """The model asks to run ``touch approved.txt``: approved, it runs. Then
+    ``rm approved.txt``: denied with a reason, the file stays and the model is told why.
+    ``shell`` is the agent's shell tool and the name of its command argument;
+    ``arguments`` gives the agent's command-line arguments for a model and a prompt."""
+    tool, argument = shell
+    touch = ToolCall(tool, {argument: "touch approved.txt"})
+    async with fake_model(touch) as model:
+        run = await start_agent(program, arguments(model, "make the file"),
+                                {**agent_env(hw, home, model), **env}, project)
+        await approve(hw, f"{agent} wants to run: touch approved.txt")
+        result = await finished(run, timeout=AGENT_SECONDS)
+        assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
+        assert (project / "approved.txt").exists()
+
+    remove = ToolCall(tool, {argument: "rm approved.txt"})
+    async with fake_model(remove) as model:
+        run = await start_agent(program, arguments(model, "clean up"),
+                                {**agent_env(hw, home, model), **env}, project)
+        await deny_with_reason(hw, f"{agent} wants to run: rm approved.txt", "keep the file")
+        result = await finished(run, timeout=AGENT_SECONDS)
+        assert result.code == 0, result.err
+        assert (project / "approved.txt").exists()
+        assert "keep the file" in said_to_model(model)
+
+
+async def test_claude_code_runs_what_a_person_approves_and_shows_an_edit_as_its_diff(
         tmp_path: Path) -> None:
     claude = agent_program("claude")
     project = tmp_path / "project"
@@ -83,26 +113,8 @@ async def test_claude_code_runs_what_a_person_approves_and_tells_the_model_a_den
     async with host_world(tmp_path) as hw:
         await hw.pair()
         await install_hook(hw, "claude-code", home)
-        touch = ToolCall("Bash", {"command": "touch approved.txt",
-                                  "description": "Make a file"})
-        async with fake_model(touch) as model:
-            run = await start_agent(claude, ["-p", "make the file"],
-                                    agent_env(hw, home, model), project)
-            await approve(hw, "Claude Code wants to run: touch approved.txt")
-            result = await finished(run, timeout=AGENT_SECONDS)
-            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
-            assert (project / "approved.txt").exists()
-
-        remove = ToolCall("Bash", {"command": "rm config.py", "description": "Clean up"})
-        async with fake_model(remove) as model:
-            run = await start_agent(claude, ["-p", "clean up"],
-                                    agent_env(hw, home, model), project)
-            await deny_with_reason(hw, "Claude Code wants to run: rm config.py",
-                                   "keep the config")
-            result = await finished(run, timeout=AGENT_SECONDS)
-            assert result.code == 0, result.err
-            assert (project / "config.py").exists()
-            assert "keep the config" in said_to_model(model)
+        await approve_then_deny(hw, home, project, "Claude Code", ("Bash", "command"), claude,
+                                lambda model, prompt: ["-p", prompt])
 
         read = ToolCall("Read", {"file_path": str(project / "config.py")})
         edit = ToolCall("Edit", {"file_path": str(project / "config.py"),
@@ -132,25 +144,8 @@ async def test_headless_gemini_in_yolo_mode_asks_the_hook_for_each_tool(tmp_path
     async with host_world(tmp_path) as hw:
         await hw.pair()
         await install_hook(hw, "gemini", home)
-        touch = ToolCall("run_shell_command", {"command": "touch approved.txt"})
-        async with fake_model(touch) as model:
-            run = await start_agent(gemini, [*headless, "make the file"],
-                                    agent_env(hw, home, model), project)
-            await approve(hw, "Gemini CLI wants to run: touch approved.txt")
-            result = await finished(run, timeout=AGENT_SECONDS)
-            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
-            assert (project / "approved.txt").exists()
-
-        remove = ToolCall("run_shell_command", {"command": "rm approved.txt"})
-        async with fake_model(remove) as model:
-            run = await start_agent(gemini, [*headless, "clean up"],
-                                    agent_env(hw, home, model), project)
-            await deny_with_reason(hw, "Gemini CLI wants to run: rm approved.txt",
-                                   "keep the file")
-            result = await finished(run, timeout=AGENT_SECONDS)
-            assert result.code == 0, result.err
-            assert (project / "approved.txt").exists()
-            assert "keep the file" in said_to_model(model)
+        await approve_then_deny(hw, home, project, "Gemini CLI", ("run_shell_command", "command"),
+                                gemini, lambda model, prompt: [*headless, prompt])
 
 
 async def test_claude_code_with_the_gateway_asks_once_per_mcp_call(tmp_path: Path) -> None:
@@ -218,21 +213,5 @@ async def test_headless_codex_asks_the_hook_before_each_tool(tmp_path: Path) -> 
                     "--dangerously-bypass-hook-trust", prompt]
 
         env = {"OPENAI_API_KEY": "sk-fake-key", "CODEX_HOME": str(home / ".codex")}
-        touch = ToolCall("exec_command", {"cmd": "touch approved.txt"})
-        async with fake_model(touch) as model:
-            run = await start_agent(codex, headless(model, "make the file"),
-                                    {**agent_env(hw, home, model), **env}, project)
-            await approve(hw, "Codex wants to run: touch approved.txt")
-            result = await finished(run, timeout=AGENT_SECONDS)
-            assert (result.code, result.out.strip()) == (0, FINAL_TEXT), result.err
-            assert (project / "approved.txt").exists()
-
-        remove = ToolCall("exec_command", {"cmd": "rm approved.txt"})
-        async with fake_model(remove) as model:
-            run = await start_agent(codex, headless(model, "clean up"),
-                                    {**agent_env(hw, home, model), **env}, project)
-            await deny_with_reason(hw, "Codex wants to run: rm approved.txt", "keep the file")
-            result = await finished(run, timeout=AGENT_SECONDS)
-            assert result.code == 0, result.err
-            assert (project / "approved.txt").exists()
-            assert "keep the file" in said_to_model(model)
+        await approve_then_deny(hw, home, project, "Codex", ("exec_command", "cmd"), codex,
+                                headless, env)
