@@ -12,6 +12,7 @@ import pytest
 from bot.integrations.agents import AGENTS
 from bot.integrations.approval import OnError, Verdict, verdict_of
 from bot.integrations.contract import HookContract, HookInputError
+from bot.integrations.describe import describe
 from skald_telegram import Outcome
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
@@ -115,6 +116,16 @@ def test_what_each_agent_sends_becomes_the_call() -> None:
     tool = CONTRACTS["cursor"].parse(fixture("cursor", "beforeMCPExecution")).call
     assert tool.arguments == {"channel": "#ops", "text": "Deploying now"}
     assert (tool.mcp_server, tool.mcp_tool) == ("npx -y slack-mcp", "send_message")
+
+
+def test_a_codex_patch_sent_as_a_plain_string_is_described_as_the_patch() -> None:
+    data = fixture("codex", "PermissionRequest-apply_patch")
+    call = CONTRACTS["codex"].parse(data).call
+    assert (call.tool, call.arguments) == ("apply_patch", {"input": data["tool_input"]})
+    shown = describe(call, lambda path: None)
+    assert shown.summary == "Codex wants to patch src/app.py"
+    patch = next(block for block in shown.blocks if block.get("label") == "Patch")
+    assert patch["value"] == data["tool_input"]
 
 
 @pytest.mark.parametrize("data", [

@@ -14,6 +14,7 @@ from typing import Any
 
 from agenthost_world import CLI, HostWorld, host_world
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.types import Implementation
 from tapping import card_showing, deny_with_reason
 from world import ADA
 
@@ -21,11 +22,13 @@ UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
 
 
 @asynccontextmanager
-async def mcp_client(hw: HostWorld, *args: str, env: dict[str, str] | None = None
-                     ) -> AsyncIterator[ClientSession]:
+async def mcp_client(hw: HostWorld, *args: str, env: dict[str, str] | None = None,
+                     name: str = "mcp") -> AsyncIterator[ClientSession]:
     params = StdioServerParameters(command=CLI[0], args=[*CLI[1:], *args],
                                    env={**hw.host.env, **(env or {})})
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    info = Implementation(name=name, version="1.0")
+    async with (stdio_client(params) as (read, write),
+                ClientSession(read, write, client_info=info) as session):
         await session.initialize()
         yield session
 
@@ -78,12 +81,13 @@ async def test_the_gateway_forwards_only_what_a_person_approves(tmp_path: Path) 
     policy.write_text('[tools]\n"read_*" = "allow"\n"write_*" = "deny"\n"*" = "ask"\n')
     async with host_world(tmp_path) as hw:
         await hw.pair()
-        async with mcp_client(hw, "mcp", "gateway", "--policy", str(policy), "--",
-                              sys.executable, str(UPSTREAM),
-                              env={"UPSTREAM_RECORD": str(record)}) as session:
+        async with mcp_client(hw, "mcp", "gateway", "--policy", str(policy), "--name",
+                              "my-notes", "--", sys.executable, str(UPSTREAM),
+                              env={"UPSTREAM_RECORD": str(record)},
+                              name="notes-app") as session:
             call = asyncio.create_task(session.call_tool("delete_note", {"name": "groceries"}))
             card = await card_showing(hw, "name: groceries")
-            assert "An MCP client wants to call delete_note on notes" in card.text
+            assert "notes-app wants to call delete_note on my-notes" in card.text
             assert "Delete the note called name." in card.text and "groceries" in card.text
             assert calls(record) == []
             hw.world.tap(ADA, card, ADA, "Approve")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from bot.integrations.gateway import shown_client_name
 from bot.integrations.policy import PolicyError, parse_policy
 
 UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
@@ -143,3 +144,11 @@ def test_a_bad_policy_is_one_clear_line(text: str, message: str) -> None:
     with pytest.raises(PolicyError, match="^policy: .*" + message.replace("(", r"\(")
                        .replace(")", r"\)").replace(".", r"\.").replace("*", r"\*")):
         parse_policy(text)
+
+
+def test_a_card_names_the_client_as_it_calls_itself_on_one_short_line() -> None:
+    assert shown_client_name("claude-code") == "claude-code"
+    assert shown_client_name("  Visual\nStudio   Code ") == "Visual Studio Code"
+    assert shown_client_name(None) == shown_client_name("") == "An MCP client"
+    assert shown_client_name("notes\u202eppa") == "An MCP client"
+    assert shown_client_name("x" * 100) == "x" * 39 + "…"

@@ -42,6 +42,9 @@ def register(sub: Any) -> None:
                               "(default: ask for every tool)")
     gateway.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                          help=f"how long to wait for a decision (default {DEFAULT_TIMEOUT:g})")
+    gateway.add_argument("--name", metavar="SERVER",
+                         help="the server's name on the cards, as the MCP client's "
+                              "configuration calls it (default: the name the upstream gives)")
     gateway.add_argument("upstream", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                          help="the upstream MCP server to start")
     parser.set_defaults(handler=run)
@@ -73,5 +76,6 @@ def run(args: argparse.Namespace) -> int:
     from bot.integrations.policy import load_policy
 
     policy = load_policy(args.policy)
-    anyio.run(lambda: run_gateway(command, policy, connect, timeout=args.timeout))
+    anyio.run(lambda: run_gateway(command, policy, connect, timeout=args.timeout,
+                                         server_name=args.name))
     return 0

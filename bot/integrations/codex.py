@@ -5,7 +5,9 @@ and ``PreToolUse``.
 ``deny`` (with ``message``); printing nothing leaves the decision to Codex's own prompt.
 ``PreToolUse`` can only deny: Codex rejects ``allow`` and ``ask`` there, so an approved
 call gets no output and runs under Codex's usual approval policy. Input that cannot be
-read gets exit code 2, which blocks the call.
+read gets exit code 2, which blocks the call. A freeform tool (``apply_patch``) sends
+``tool_input`` as a plain string: it becomes the call's ``input`` argument, which the card
+describes as a patch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Codex:
     """None: Codex's hooks cannot rewrite a call's input."""
 
     def parse(self, data: Mapping[str, Any]) -> HookEvent:
+        freeform = data.get("tool_input")
+        if isinstance(freeform, str):
+            data = {**data, "tool_input": {"input": freeform}}
         return parse_tool_event(self.agent, self.events, data)
 
     def answer(self, event: str | None, verdict: Verdict) -> HookAnswer:

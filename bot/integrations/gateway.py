@@ -2,7 +2,9 @@
 
 The gateway starts the upstream server as its child, offers exactly its tools (the
 upstream's own listing, passed through), and decides each call by the policy: ``allow``
-forwards it, ``deny`` refuses it, ``ask`` puts a card in front of a person first. A
+forwards it, ``deny`` refuses it, ``ask`` puts a card in front of a person first: the card
+names the MCP client (the name its ``initialize`` request gave in ``clientInfo``) and the
+server (as the client's configuration calls it, ``--name``, else the upstream's own name). A
 forwarded call returns the upstream result unchanged (a call a person edited before
 approving, which the policy allows, is forwarded with the edited arguments, its result
 after a line saying what changed); a refused one returns an error
@@ -35,6 +37,9 @@ from bot.integrations.policy import Policy
 log = logging.getLogger(__name__)
 
 UPSTREAM_START_SECONDS = 30.0
+UNNAMED_CLIENT = "An MCP client"
+CLIENT_NAME_LIMIT = 40
+"""Characters of a client's self-given name shown on a card: a name, not a message."""
 
 
 class UpstreamError(SkaldError):
@@ -63,8 +68,12 @@ class Gateway:
     ) -> types.ListToolsResult:
         if self.upstream_gone is not None:
             raise MCPError(types.INTERNAL_ERROR, self.upstream_gone)
+        # Only the cursor goes upstream: the client's request metadata belongs to its own
+        # connection (a newer protocol era than the upstream's, say).
+        cursor = params.cursor if params is not None else None
         try:
-            listing = await self.upstream.list_tools(params=params)
+            listing = await self.upstream.list_tools(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
         except Exception as exc:
             raise MCPError(types.INTERNAL_ERROR, self._lost(exc)) from exc
         for tool in listing.tools:
@@ -81,7 +90,7 @@ class Gateway:
             return _error(f"denied by the gateway policy ({source} = \"deny\"): "
                           f"{name} was not called")
         if rule == "ask":
-            call = ToolCall("An MCP client", name, arguments, mcp_server=self.server_name,
+            call = ToolCall(client_name(ctx), name, arguments, mcp_server=self.server_name,
                             mcp_tool=name, tool_description=await self.description(name))
             description = describe(call, lambda _: None)
             scope = gateway_scope(self.command, name)
@@ -138,10 +147,28 @@ class Gateway:
         return self.upstream_gone
 
 
+def client_name(ctx: ServerRequestContext[Any]) -> str:
+    """The MCP client's name from its ``initialize`` request, as a card shows it."""
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return shown_client_name(info.name if info is not None else None)
+
+
+def shown_client_name(given: str | None) -> str:
+    """A client's self-given name on one short line; none, or one with invisible or
+    control characters, is shown as an unnamed client."""
+    name = " ".join((given or "").split())
+    if not name or not name.isprintable():
+        return UNNAMED_CLIENT
+    return name if len(name) <= CLIENT_NAME_LIMIT else name[:CLIENT_NAME_LIMIT - 1] + "…"
+
+
 async def run_gateway(
-    command: Sequence[str], policy: Policy, connect: Connect, *, timeout: float
+    command: Sequence[str], policy: Policy, connect: Connect, *, timeout: float,
+    server_name: str | None = None,
 ) -> None:
-    """Serve on stdin/stdout until the client goes, with ``command`` as the upstream."""
+    """Serve on stdin/stdout until the client goes, with ``command`` as the upstream;
+    ``server_name`` is what the cards call it (default: the name the upstream gives)."""
     params = StdioServerParameters(
         command=command[0], args=list(command[1:]), env=dict(os.environ)
     )
@@ -156,7 +183,7 @@ async def run_gateway(
                 f"the upstream MCP server ({' '.join(command)}) did not start: {one_line(exc)}"
             ) from exc
         name = initialized.server_info.name if initialized.server_info else command[0]
-        gateway = Gateway(upstream, command, name, policy, connect, timeout)
+        gateway = Gateway(upstream, command, server_name or name, policy, connect, timeout)
         server: Server[Any] = Server(
             f"skald-telegram gateway for {name}",
             version=initialized.server_info.version if initialized.server_info else "",
