@@ -71,6 +71,8 @@ class Outcome:
     decided_by: Mapping[str, Any] | None = None
     """Who decided: ``{"name", "username", "telegram_user_id"}`` as far as known."""
     answer: str | None = None
+    picked_up: bool | None = None
+    """Whether a paired device is known to hold the item (``None``: not said)."""
 
     @property
     def approved(self) -> bool:
@@ -89,6 +91,7 @@ class Outcome:
             reason=obj.get("reason"),
             decided_by=decided_by if isinstance(decided_by, dict) else None,
             answer=obj.get("answer"),
+            picked_up=obj["picked_up"] if isinstance(obj.get("picked_up"), bool) else None,
         )
 
 

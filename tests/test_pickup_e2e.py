@@ -1,0 +1,99 @@
+"""Whether a request reached a device: the relay's ``delivered`` receipt at the agent
+host, each device's last-seen time, and what ``ask`` says on stderr while it waits (the
+waiting line on a terminal only; "not picked up" when no device holds the request)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+
+from agenthost_world import CLI, Process, finished, host_world, run_cli, start_cli
+from world import ADA
+
+NOTICE = {"SKALD_PICKUP_NOTICE_S": "0.3"}
+
+
+async def ask_on_a_terminal(*args: str, env: dict[str, str]) -> tuple[
+        asyncio.subprocess.Process, int]:
+    """``ask`` with its stderr on a pseudo-terminal; the process and the terminal's end."""
+    master, slave = os.openpty()
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "ask", *args, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=slave,
+    )
+    os.close(slave)
+    return process, master
+
+
+def read_terminal(master: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks).decode()
+
+
+async def test_a_device_online_picks_the_request_up_and_is_seen(tmp_path: Path) -> None:
+    async with host_world(tmp_path) as hw:
+        async with hw.host.client() as client:
+            assert (await client.status())["devices"] == []
+            await hw.pair()
+            [device] = (await client.status())["devices"]
+            paired_seen = device["last_seen"]
+            assert paired_seen is not None  # its pair request
+            process, master = await ask_on_a_terminal(
+                "--tool", "deploy", "--arg", "env=production", env={**hw.host.env, **NOTICE})
+            card = await hw.world.wait_card(ADA, "deploy(production)")
+            [item] = await client.items()
+            # The bot acknowledged the update that carried it: the relay told the host.
+            for _ in range(100):
+                outcome = await client.outcome(item["item_id"])
+                if outcome.picked_up:
+                    break
+                await asyncio.sleep(0.05)
+            assert outcome.picked_up is True
+            [device] = (await client.status())["devices"]
+            assert device["last_seen"] > paired_seen
+            await asyncio.sleep(0.6)  # past the notice's time
+            hw.world.tap(ADA, card, ADA, "Approve")
+            async with asyncio.timeout(20):
+                await process.communicate()
+        shown = read_terminal(master)
+        assert process.returncode == 0, shown
+        assert re.search(r"waiting for approval in Telegram: deploy\(production\) \(apr_\w+\); "
+                         r"Ctrl-C withdraws it", shown), shown
+        assert "not picked up" not in shown
+        status = await run_cli("agent", "status", env=hw.host.env)
+        assert re.search(r"Telegram .*, last seen \S+ \(\d+ s ago\)", status.out), status.out
+
+
+async def test_no_device_online_is_said_and_require_device_exits_3(tmp_path: Path) -> None:
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        assert hw.world.bot is not None
+        await hw.world.bot.relays.stop()  # the only device goes offline
+        env = {**hw.host.env, **NOTICE}
+
+        waiting = await start_cli("ask", "--tool", "deploy", "--timeout", "1.5", env=env)
+        result: Process = await finished(waiting)
+        assert result.code == 2, result.err  # it said so and waited on, to the timeout
+        assert re.search(r"skald-telegram ask: not picked up by any device yet; "
+                         r"Telegram \S+ last seen \d+ s ago", result.err), result.err
+        assert "waiting for approval" not in result.err  # stderr is a pipe here
+
+        required = await start_cli("ask", "--tool", "deploy", "--require-device",
+                                   "--timeout", "60", env=env)
+        result = await finished(required, timeout=10)
+        assert result.code == 3, result.err
+        assert "not picked up by any device yet" in result.err
+        assert "withdrawn: no device picked it up" in result.err
+        async with hw.host.client() as client:
+            assert await client.items() == []  # withdrawn
