@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 from pathlib import Path
 
-from agenthost_world import CLI, Process, finished, host_world, run_cli, start_cli
+from agenthost_world import CLI, HostWorld, Process, finished, host_world, run_cli, start_cli
+from tapping import approve
 from world import ADA
 
 NOTICE = {"SKALD_PICKUP_NOTICE_S": "0.3"}
+HOOK_FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
 
 
 async def ask_on_a_terminal(*args: str, env: dict[str, str]) -> tuple[
@@ -68,7 +71,7 @@ async def test_a_device_online_picks_the_request_up_and_is_seen(tmp_path: Path) 
                 await process.communicate()
         shown = read_terminal(master)
         assert process.returncode == 0, shown
-        assert re.search(r"waiting for approval in Telegram: deploy\(production\) \(apr_\w+\); "
+        assert re.search(r"waiting for approval in Telegram: deploy\(production\) \(apr_[\w-]+\); "
                          r"Ctrl-C withdraws it", shown), shown
         assert "not picked up" not in shown
         status = await run_cli("agent", "status", env=hw.host.env)
@@ -97,3 +100,54 @@ async def test_no_device_online_is_said_and_require_device_exits_3(tmp_path: Pat
         assert "withdrawn: no device picked it up" in result.err
         async with hw.host.client() as client:
             assert await client.items() == []  # withdrawn
+
+
+async def start_hook(hw: HostWorld, stderr: int,
+                     event_name: str = "PreToolUse-Bash") -> asyncio.subprocess.Process:
+    """The Claude Code hook on a Bash event, its stderr on ``stderr``."""
+    event = (HOOK_FIXTURES / "claude-code" / f"{event_name}.json").read_bytes()
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "hook", "claude-code", "--state", str(hw.host.state),
+        env={**hw.host.env, **NOTICE}, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=stderr,
+    )
+    assert process.stdin is not None
+    process.stdin.write(event)
+    await process.stdin.drain()
+    process.stdin.close()
+    return process
+
+
+async def test_a_hook_says_it_waits_on_a_terminal_only(tmp_path: Path) -> None:
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        master, slave = os.openpty()
+        on_terminal = await start_hook(hw, slave)
+        os.close(slave)
+        await approve(hw, "Claude Code wants to run: rm -rf build")
+        async with asyncio.timeout(20):
+            await on_terminal.communicate()
+        shown = read_terminal(master)
+        assert on_terminal.returncode == 0, shown
+        assert re.search(r"skald-telegram hook: waiting for approval in Telegram: .*"
+                         r"\(apr_[\w-]+\); Ctrl-C withdraws it", shown), shown
+
+        on_pipe = await start_hook(hw, asyncio.subprocess.PIPE, "PermissionRequest-Bash")
+        await approve(hw, "Claude Code wants to run: curl")
+        result = await finished(on_pipe)
+        assert result.code == 0 and result.err == "", result.err
+
+
+async def test_a_hook_says_when_no_device_picked_the_request_up(tmp_path: Path) -> None:
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        assert hw.world.bot is not None
+        await hw.world.bot.relays.stop()
+        hook = await start_hook(hw, asyncio.subprocess.PIPE)
+        await asyncio.sleep(1.0)  # past the notice's time: it waits on
+        assert hook.returncode is None
+        hook.send_signal(signal.SIGTERM)
+        result = await finished(hook)
+        assert result.code == 0 and '"deny"' in result.out, result.out
+        assert re.search(r"skald-telegram hook: not picked up by any device yet; "
+                         r"Telegram \S+ last seen \d+ s ago", result.err), result.err
