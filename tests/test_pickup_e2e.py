@@ -8,6 +8,7 @@ import asyncio
 import os
 import re
 import signal
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from agenthost_world import CLI, HostWorld, Process, finished, host_world, run_cli, start_cli
@@ -76,6 +77,16 @@ async def test_a_device_online_picks_the_request_up_and_is_seen(tmp_path: Path) 
         assert "not picked up" not in shown
         status = await run_cli("agent", "status", env=hw.host.env)
         assert re.search(r"Telegram .*, last seen \S+ \(\d+ s ago\)", status.out), status.out
+        async with hw.host.client() as client:
+            [device] = (await client.status())["devices"]
+        await hw.host.stop()  # kept by the host: a restart does not forget it
+        await hw.host.start()
+        async with hw.host.client() as client:
+            [again] = (await client.status())["devices"]
+        kept = datetime.fromisoformat(again["last_seen"])
+        # Receipts are written at most once a second: the time kept is at most that old.
+        assert timedelta(0) <= datetime.fromisoformat(device["last_seen"]) - kept <= timedelta(
+            seconds=1)
 
 
 async def test_no_device_online_is_said_and_require_device_exits_3(tmp_path: Path) -> None:

@@ -88,9 +88,10 @@ def test_the_agent_hosts_old_file_opens_with_its_state(tmp_path: Path) -> None:
     try:
         assert store.get_meta("rev") == "5"
         assert store.outbox_pending("wss://relay.example") == [{"id": "e1", "v": 1}]
+        assert store.last_seen() == {}  # devices gained a last-seen time, unknown yet
     finally:
         store.close()
-    assert user_version(path) == 2
+    assert user_version(path) == 3
     assert mode(path) == 0o600
 
 
@@ -99,7 +100,7 @@ def test_new_files_are_private_from_the_start_with_their_version(tmp_path: Path)
     RelayQueue.open(tmp_path / "relay").close()
     AgentStore(tmp_path / "agent").close()
     for folder, name, version in (("bot", "state.sqlite3", SCHEMA_VERSION),
-                                  ("relay", QUEUE_DB, QUEUE_VERSION), ("agent", AGENT_DB, 2)):
+                                  ("relay", QUEUE_DB, QUEUE_VERSION), ("agent", AGENT_DB, 3)):
         assert mode(tmp_path / folder) == 0o700
         assert mode(tmp_path / folder / name) == 0o600
         assert user_version(tmp_path / folder / name) == version

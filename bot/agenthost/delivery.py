@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 Committed = list[Callable[[], None]]
 """What a change runs once it has committed, in order."""
 
+SEEN_WRITTEN_EVERY_MS: Final = 1000
+"""A receipt is written as a device's last-seen time at most this often (a disk sync each);
+the time in memory is exact."""
 SENT_REMEMBERED: Final = 4096
 """Envelopes sent whose recipient and time are kept for the relay's ``delivered`` receipt
 (the oldest are forgotten first: the receipt is a courtesy)."""
@@ -53,6 +56,9 @@ class Delivery:
         self._closing = False
         self._sent: dict[str, tuple[str, int]] = {}
         """Recipient and ``ts`` of envelopes sent, by id, oldest first."""
+        self.seen: dict[str, int] = {}
+        """When each paired device was last heard from in this run, written or not."""
+        self._seen_written: dict[str, int] = {}
         self.holds: dict[str, int] = {}
         """Per paired device, the ``ts`` of the newest envelope it is known to hold (the
         relay said it acknowledged it) or the time it last sent one, in this run."""
@@ -129,15 +135,22 @@ class Delivery:
         if device_id not in self.peers:
             return
         self.holds[device_id] = max(self.holds.get(device_id, 0), ts)
+        now = self.clock.now_ms()
+        self.seen[device_id] = now
+        if now - self._seen_written.get(device_id, 0) < SEEN_WRITTEN_EVERY_MS:
+            return
         try:
-            self.store.device_seen(device_id, self.clock.now_ms())
+            self.store.device_seen(device_id, now)
         except StoreError as exc:  # when it was last seen is not worth more than that
             log.debug("could not record that device %s was seen: %s", device_id, exc)
+        else:
+            self._seen_written[device_id] = now
 
     def heard_from(self, device_id: str, now: int) -> None:
         """A paired device sent an envelope at ``now`` (its change committed)."""
         if device_id in self.peers:
             self.holds[device_id] = max(self.holds.get(device_id, 0), now)
+            self.seen[device_id] = self._seen_written[device_id] = now
 
     def picked_up(self, item: Item) -> bool:
         """Whether a paired device is known to hold ``item``: it acknowledged an update

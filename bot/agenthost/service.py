@@ -268,6 +268,8 @@ class AgentHost:
     def devices_json(self) -> list[dict[str, Any]]:
         """The paired devices, each with when it was last seen (``None``: not yet)."""
         seen = self.store.last_seen()
+        for device_id, when in self.delivery.seen.items():
+            seen[device_id] = max(seen.get(device_id, 0), when)
         return [
             {"id": card.id, "name": card.name, "platform": platform,
              "paired_at": it.iso_ms(paired),
