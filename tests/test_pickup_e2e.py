@@ -19,6 +19,9 @@ NOTICE = {"SKALD_PICKUP_NOTICE_S": "0.3"}
 HOOK_FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
 
 
+WAITING = r"waiting for approval in Telegram: {} \(apr_[\w-]+\); Ctrl-C withdraws it"
+
+
 async def ask_on_a_terminal(*args: str, env: dict[str, str]) -> tuple[
         asyncio.subprocess.Process, int]:
     """``ask`` with its stderr on a pseudo-terminal; the process and the terminal's end."""
@@ -29,6 +32,15 @@ async def ask_on_a_terminal(*args: str, env: dict[str, str]) -> tuple[
     )
     os.close(slave)
     return process, master
+
+
+async def shown_on_terminal(process: asyncio.subprocess.Process, master: int) -> str:
+    """What ``process`` wrote to the terminal whose end is ``master``, once it exited 0."""
+    async with asyncio.timeout(20):
+        await process.communicate()
+    shown = read_terminal(master)
+    assert process.returncode == 0, shown
+    return shown
 
 
 def read_terminal(master: int) -> str:
@@ -68,12 +80,8 @@ async def test_a_device_online_picks_the_request_up_and_is_seen(tmp_path: Path) 
             assert device["last_seen"] > paired_seen
             await asyncio.sleep(0.6)  # past the notice's time
             hw.world.tap(ADA, card, ADA, "Approve")
-            async with asyncio.timeout(20):
-                await process.communicate()
-        shown = read_terminal(master)
-        assert process.returncode == 0, shown
-        assert re.search(r"waiting for approval in Telegram: deploy\(production\) \(apr_[\w-]+\); "
-                         r"Ctrl-C withdraws it", shown), shown
+        shown = await shown_on_terminal(process, master)
+        assert re.search(WAITING.format(r"deploy\(production\)"), shown), shown
         assert "not picked up" not in shown
         status = await run_cli("agent", "status", env=hw.host.env)
         assert re.search(r"Telegram .*, last seen \S+ \(\d+ s ago\)", status.out), status.out
@@ -136,12 +144,8 @@ async def test_a_hook_says_it_waits_on_a_terminal_only(tmp_path: Path) -> None:
         on_terminal = await start_hook(hw, slave)
         os.close(slave)
         await approve(hw, "Claude Code wants to run: rm -rf build")
-        async with asyncio.timeout(20):
-            await on_terminal.communicate()
-        shown = read_terminal(master)
-        assert on_terminal.returncode == 0, shown
-        assert re.search(r"skald-telegram hook: waiting for approval in Telegram: .*"
-                         r"\(apr_[\w-]+\); Ctrl-C withdraws it", shown), shown
+        shown = await shown_on_terminal(on_terminal, master)
+        assert re.search("skald-telegram hook: " + WAITING.format(".*"), shown), shown
 
         on_pipe = await start_hook(hw, asyncio.subprocess.PIPE, "PermissionRequest-Bash")
         await approve(hw, "Claude Code wants to run: curl")
