@@ -141,14 +141,16 @@ async def test_a_hook_says_it_waits_on_a_terminal_only(tmp_path: Path) -> None:
     async with host_world(tmp_path) as hw:
         await hw.pair()
         master, slave = os.openpty()
-        on_terminal = await start_hook(hw, slave)
+        on_terminal = await start_hook(hw, slave, "PermissionRequest-Bash")
         os.close(slave)
-        await approve(hw, "Claude Code wants to run: rm -rf build")
-        shown = await shown_on_terminal(on_terminal, master)
-        assert re.search("skald-telegram hook: " + WAITING.format(".*"), shown), shown
-
-        on_pipe = await start_hook(hw, asyncio.subprocess.PIPE, "PermissionRequest-Bash")
         await approve(hw, "Claude Code wants to run: curl")
+        shown = await shown_on_terminal(on_terminal, master)
+        assert re.search("skald-telegram hook: " + WAITING.format("Claude Code wants to run: "
+                                                                  "curl .*"), shown), shown
+        assert "sk-live-123456789" not in shown  # masked, as on the card
+
+        on_pipe = await start_hook(hw, asyncio.subprocess.PIPE)
+        await approve(hw, "Claude Code wants to run: rm -rf build")
         result = await finished(on_pipe)
         assert result.code == 0 and result.err == "", result.err
 

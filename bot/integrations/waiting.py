@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+from bot.render.credentials import mask_credentials
+
 if TYPE_CHECKING:
     from skald_telegram import Outcome
 
@@ -73,11 +75,12 @@ class Watch:
     told: bool = False
 
     def waiting(self, item_id: str, summary: str, *, question: bool = False) -> None:
-        """Say that the request waits, when a person reads ``stream`` (a terminal)."""
+        """Say that the request waits, when a person reads ``stream`` (a terminal); the
+        summary's credentials masked, as its card shows them."""
         if not _is_terminal(self.stream):
             return
         what = "an answer" if question else "approval"
-        self._say(f"waiting for {what} in Telegram: {summary} ({item_id}); "
+        self._say(f"waiting for {what} in Telegram: {mask_credentials(summary)} ({item_id}); "
                   "Ctrl-C withdraws it")
 
     def first_wait(self, timeout: float) -> float:
