@@ -352,6 +352,8 @@ def _sender(ws: ClientConnection, load: _Load, window: asyncio.Semaphore) -> _Ra
     """A sender: each answer opens its window by one."""
 
     def on_frame(payload: bytes) -> None:
+        if payload.startswith(b'{"type":"delivered"'):
+            return  # the relay's receipt for an acknowledged envelope: no answer to a send
         if b'"sent"' not in payload:
             load.refused += 1
         window.release()

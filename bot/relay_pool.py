@@ -45,6 +45,8 @@ class RelayPool:
             handler=handle,
             outbox=_Outbox(self._bridge, self.act_on),
             on_ready=ready,
+            on_delivered=lambda envelope_id: log.debug(
+                "relay %s: envelope %s reached its agent", url, envelope_id),
             **self._options,
         )
         self._clients[url] = client

@@ -75,6 +75,8 @@ class Outcome:
     """Approved with an edit: ``arguments`` are then what the person approved."""
     arguments: Mapping[str, Any] | None = None
     """The edited arguments to run instead of those submitted (only when ``edited``)."""
+    picked_up: bool | None = None
+    """Whether a paired device is known to hold the item (``None``: not said)."""
 
     @property
     def approved(self) -> bool:
@@ -95,6 +97,7 @@ class Outcome:
             answer=obj.get("answer"),
             edited=obj.get("edited") is True and isinstance(obj.get("arguments"), dict),
             arguments=obj.get("arguments") if isinstance(obj.get("arguments"), dict) else None,
+            picked_up=obj["picked_up"] if isinstance(obj.get("picked_up"), bool) else None,
         )
 
 

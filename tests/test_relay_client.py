@@ -66,12 +66,14 @@ class Peer:
         self.identity = identity
         self.outbox = outbox if isinstance(outbox, MemoryOutbox) else MemoryOutbox()
         self.received: list[dict[str, object]] = []
+        self.delivered: list[str] = []
         self.client = RelayClient(
             url,
             identity,
             handler=one_at_a_time(handler or self.record),
             outbox=self.outbox if outbox is None else outbox,
             on_ready=on_ready,
+            on_delivered=self.delivered.append,
             backoff_initial=backoff_initial,
             backoff_max=backoff_max,
             open_timeout=open_timeout,
@@ -193,6 +195,30 @@ async def test_delivery_both_ways(relay: RelayServer, alice: Identity, bob: Iden
     await a.stop()
     await b.stop()
     assert not a.client.connected
+
+
+async def test_the_sender_hears_when_the_recipient_acknowledged(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a, b = Peer(relay.url, alice), Peer(relay.url, bob)
+    a.start()
+    to_bob = [a.send(bob, n) for n in range(3)]
+    await eventually(lambda: len(a.outbox) == 0)
+    b.start()  # bob acknowledges while alice is online: she hears of each
+    await eventually(lambda: len(a.delivered) == 3)
+    assert sorted(a.delivered) == sorted(str(env["id"]) for env in to_bob)
+    await a.stop()
+    to_alice = b.send(alice)  # bob is gone when she acknowledges it: he is never told
+    await eventually(lambda: len(b.outbox) == 0)
+    await b.stop()
+    a.start()
+    await eventually(lambda: a.received == [to_alice])
+    await asyncio.sleep(0.2)  # her ack is committed
+    b.start()
+    await asyncio.sleep(0.3)
+    assert b.delivered == [] and b.client.connected
+    await a.stop()
+    await b.stop()
 
 
 async def test_queued_for_an_offline_client(
@@ -657,8 +683,8 @@ def test_a_bad_url_is_refused(alice: Identity) -> None:
 async def test_frame_types_it_does_not_know_are_ignored_quietly(
     alice: Identity, bob: Identity, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The relay's ``delivered`` receipt, and any type added later, neither warn nor end
-    the session (protocol §4: a client ignores frame types it does not know)."""
+    """Frame types added later neither warn nor end the session (protocol §4: a client
+    ignores frame types it does not know); the ``delivered`` receipt goes to its callback."""
     delivered = envelope(bob, alice)
     acks: list[str] = []
 
@@ -679,6 +705,7 @@ async def test_frame_types_it_does_not_know_are_ignored_quietly(
         a.start()
         await eventually(lambda: len(acks) == 1)
         assert a.received == [delivered] and a.client.connected
+        assert a.delivered == [delivered["id"]]
         await a.stop()
     assert json.loads(acks[0]) == {"type": "ack", "id": delivered["id"]}
     client_records = [r for r in caplog.records if r.name == "bot.relay.client"]

@@ -76,6 +76,7 @@ async def test_send_deliver_ack(relay: RelayServer, alice: Identity, bob: Identi
     assert await recv(a) == {"type": "sent", "id": env["id"]}
     assert await recv(b) == {"type": "deliver", "envelope": env}
     await send(b, {"type": "ack", "id": env["id"]})
+    assert await recv(a) == {"type": "delivered", "id": env["id"]}
     await b.close()
     # Acknowledged: the next session gets only what was sent after it.
     later = envelope(alice, bob, 1)
@@ -311,6 +312,7 @@ async def test_byte_caps_per_recipient_and_for_the_relay(
         await send(b, {"type": "ack", "id": to_bob[0]["id"]})
         await send(b, {"type": "bogus"})  # answered after the ack is committed
         assert (await recv(b))["code"] == "bad_frame"
+        assert await recv(a) == {"type": "delivered", "id": to_bob[0]["id"]}
         assert await send_all(a, to_carol[1:]) == ["sent"]
         await a.close()
         await b.close()
@@ -559,6 +561,7 @@ async def test_throwaway_identities_cannot_fill_a_real_agents_queue(
         assert await send_all(a, [hello]) == ["sent"]
         assert (await recv(b))["envelope"] == hello
         await send(b, {"type": "ack", "id": hello["id"]})  # bob has heard from alice
+        assert await recv(a) == {"type": "delivered", "id": hello["id"]}
         await b.close()
         answers: list[str] = []
         for n in range(5):
@@ -682,3 +685,62 @@ def test_an_address_is_an_ipv4_address_or_an_ipv6_64() -> None:
     assert address_key(("2001:db8:1:2:aaaa::1", 5000, 0, 0)) == "2001:db8:1:2::/64"
     assert address_key(("2001:db8:1:2:bbbb::9", 5000, 0, 0)) == "2001:db8:1:2::/64"
     assert address_key(("2001:db8:1:3::1", 5000, 0, 0)) == "2001:db8:1:3::/64"
+
+
+async def test_a_sender_online_is_told_when_its_envelope_is_acknowledged(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a = await session(relay.url, alice)
+    b = await session(relay.url, bob)
+    envs = [envelope(alice, bob, n) for n in range(3)]
+    await send_all(a, envs)
+    for env in envs:
+        assert await recv(b) == {"type": "deliver", "envelope": env}
+    await send(b, {"type": "ack", "id": envs[0]["id"]})
+    assert await recv(a) == {"type": "delivered", "id": envs[0]["id"]}
+    for env in envs[1:]:  # a receipt each, however the acks share transactions
+        await send(b, {"type": "ack", "id": env["id"]})
+    assert {str((await recv(a))["id"]) for _ in envs[1:]} == {str(e["id"]) for e in envs[1:]}
+    # The recipient is never told about its own acks; a second ack of one id tells nobody.
+    await send(b, {"type": "ack", "id": envs[0]["id"]})
+    probe = envelope(bob, alice)
+    await send(b, {"type": "send", "envelope": probe})
+    assert await recv(b) == {"type": "sent", "id": probe["id"]}
+    assert await recv(a) == {"type": "deliver", "envelope": probe}
+    await a.close()
+    await b.close()
+
+
+async def test_the_delivered_receipt_is_never_stored(
+    relay: RelayServer, alice: Identity, bob: Identity
+) -> None:
+    a = await session(relay.url, alice)
+    env = envelope(alice, bob)
+    await send(a, {"type": "send", "envelope": env})
+    assert await recv(a) == {"type": "sent", "id": env["id"]}
+    await a.close()
+    b = await session(relay.url, bob)
+    assert await recv(b) == {"type": "deliver", "envelope": env}
+    await send(b, {"type": "ack", "id": env["id"]})
+    carol = Identity.generate("carol")
+    probe = envelope(bob, carol)  # its sent answer comes after the ack's commit
+    await send(b, {"type": "send", "envelope": probe})
+    assert await recv(b) == {"type": "sent", "id": probe["id"]}
+    # The sender comes back after the ack: nothing waits for it, receipt or envelope.
+    a = await session(relay.url, alice)
+    probe = envelope(alice, carol)
+    await send(a, {"type": "send", "envelope": probe})
+    assert await recv(a) == {"type": "sent", "id": probe["id"]}
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await a.recv()
+    await a.close()
+    await b.close()
+
+
+async def test_a_client_cannot_send_delivered(relay: RelayServer, alice: Identity) -> None:
+    a = await session(relay.url, alice)
+    await send(a, {"type": "delivered", "id": "0" * 32})
+    answer = await recv(a)
+    assert answer["type"] == "error" and answer["code"] == "bad_frame"
+    await a.close()

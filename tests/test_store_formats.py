@@ -91,6 +91,7 @@ def test_the_agent_hosts_old_file_opens_with_its_state(tmp_path: Path) -> None:
         assert store.outbox_pending("wss://relay.example") == [{"id": "e1", "v": 1}]
         assert [item.edited for item in store.open_items()] == [
             None for _ in store.open_items()]  # the column edits are kept in was added
+        assert store.last_seen() == {}  # devices gained a last-seen time, unknown yet
     finally:
         store.close()
     assert user_version(path) == AGENT_VERSION

@@ -207,8 +207,9 @@ def _wait(request: Request) -> float:
 
 async def item_outcome(request: Request) -> Response:
     wait = _wait(request)
-    item = await _host(request).wait(request.path_params["item_id"], wait)
-    return JSONResponse(item.outcome_json())
+    host = _host(request)
+    item = await host.wait(request.path_params["item_id"], wait)
+    return JSONResponse(host.outcome_json(item))
 
 
 async def withdraw_item(request: Request) -> Response:

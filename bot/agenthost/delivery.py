@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final
 
 from bot.agenthost import items as it
 from bot.agenthost.items import Item
 from bot.agenthost.store import AgentStore
 from bot.clock import Clock
+from bot.errors import StoreError
 from bot.protocol.envelope import seal
 from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.payloads import raw_payload
@@ -25,6 +27,13 @@ log = logging.getLogger(__name__)
 
 Committed = list[Callable[[], None]]
 """What a change runs once it has committed, in order."""
+
+SEEN_WRITTEN_EVERY_MS: Final = 1000
+"""A receipt is written as a device's last-seen time at most this often (a disk sync each);
+the time in memory is exact."""
+SENT_REMEMBERED: Final = 4096
+"""Envelopes sent whose recipient and time are kept for the relay's ``delivered`` receipt
+(the oldest are forgotten first: the receipt is a courtesy)."""
 
 
 class Delivery:
@@ -45,6 +54,14 @@ class Delivery:
         """Run after every change (the relay client and the expiry loop look again)."""
         self._waiters: dict[str, asyncio.Event] = {}
         self._closing = False
+        self._sent: dict[str, tuple[str, int]] = {}
+        """Recipient and ``ts`` of envelopes sent, by id, oldest first."""
+        self.seen: dict[str, int] = {}
+        """When each paired device was last heard from in this run, written or not."""
+        self._seen_written: dict[str, int] = {}
+        self.holds: dict[str, int] = {}
+        """Per paired device, the ``ts`` of the newest envelope it is known to hold (the
+        relay said it acknowledged it) or the time it last sent one, in this run."""
 
     @property
     def name(self) -> str:
@@ -103,6 +120,44 @@ class Delivery:
     def send(self, device: PublicCard, payload: bytes, now: int) -> None:
         envelope = seal(payload, sender=self.identity, recipient=device, ts_ms=now)
         self.store.add_outgoing(self.relay_url, envelope.to_json(), now)
+        self._sent[envelope.id] = (device.id, now)
+        if len(self._sent) > SENT_REMEMBERED:
+            del self._sent[next(iter(self._sent))]
+
+    # -- what the devices hold ----------------------------------------------------------
+
+    def delivered(self, envelope_id: str) -> None:
+        """The relay's receipt: a device acknowledged an envelope sent to it."""
+        sent = self._sent.pop(envelope_id, None)
+        if sent is None:
+            return
+        device_id, ts = sent
+        if device_id not in self.peers:
+            return
+        self.holds[device_id] = max(self.holds.get(device_id, 0), ts)
+        now = self.clock.now_ms()
+        self.seen[device_id] = now
+        if now - self._seen_written.get(device_id, 0) < SEEN_WRITTEN_EVERY_MS:
+            return
+        try:
+            self.store.device_seen(device_id, now)
+        except StoreError as exc:  # when it was last seen is not worth more than that
+            log.debug("could not record that device %s was seen: %s", device_id, exc)
+        else:
+            self._seen_written[device_id] = now
+
+    def heard_from(self, device_id: str, now: int) -> None:
+        """A paired device sent an envelope at ``now`` (its change committed)."""
+        if device_id in self.peers:
+            self.holds[device_id] = max(self.holds.get(device_id, 0), now)
+            self.seen[device_id] = self._seen_written[device_id] = now
+
+    def picked_up(self, item: Item) -> bool:
+        """Whether a paired device is known to hold ``item``: it acknowledged an update
+        sent since the item was made, or sent something since."""
+        return any(
+            ts >= item.created_ms for device, ts in self.holds.items() if device in self.peers
+        )
 
     def after_change(self, ended: Iterable[Item] = ()) -> None:
         for look_again in self.on_change:

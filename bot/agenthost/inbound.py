@@ -63,6 +63,8 @@ class Inbound:
                           opened.sender.id)
             else:
                 ended = handler(self, opened, opened.payload, now, committed)
+            self.store.device_seen(opened.sender.id, now)
+            committed.append(functools.partial(self.delivery.heard_from, opened.sender.id, now))
         self.delivery.after_change(ended)
 
     def pair(self, opened: Opened, request: PairRequest, now: int,

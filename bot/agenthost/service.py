@@ -86,7 +86,7 @@ class AgentHost:
         self.inbound = Inbound(self.delivery)
         self.relay = RelayClient(
             relay_url, identity, handler=one_at_a_time(self.inbound.on_envelope), outbox=store,
-            **dict(relay_options or {}),
+            on_delivered=self.delivery.delivered, **dict(relay_options or {}),
         )
         self.expiry = Expiry(self.delivery, on_relay or (lambda: self.relay.connected))
         self.delivery.on_change += [self.relay.wake, self.expiry.wake.set]
@@ -263,15 +263,27 @@ class AgentHost:
                 "since": None if relay.since is None else relay.since.isoformat(),
                 "last_error": relay.last_error,
             },
-            "devices": [
-                {"id": card.id, "name": card.name, "platform": platform,
-                 "paired_at": it.iso_ms(paired)}
-                for card, platform, paired in self.store.devices()
-            ],
+            "devices": self.devices_json(),
             "open_items": [item.listing_json() for item in self.store.open_items()],
             "outbox": self.store.outbox_size(),
             "store": self._store_status(),
         }
+
+    def devices_json(self) -> list[dict[str, Any]]:
+        """The paired devices, each with when it was last seen (``None``: not yet)."""
+        seen = self.store.last_seen()
+        for device_id, when in self.delivery.seen.items():
+            seen[device_id] = max(seen.get(device_id, 0), when)
+        return [
+            {"id": card.id, "name": card.name, "platform": platform,
+             "paired_at": it.iso_ms(paired),
+             "last_seen": it.iso_ms(seen[card.id]) if card.id in seen else None}
+            for card, platform, paired in self.store.devices()
+        ]
+
+    def outcome_json(self, item: Item) -> dict[str, Any]:
+        """The local API's outcome of ``item``, with whether a device is known to hold it."""
+        return {**item.outcome_json(), "picked_up": self.delivery.picked_up(item)}
 
     def _store_status(self) -> dict[str, Any]:
         """Whether the host's database writes, else since when it fails and why."""

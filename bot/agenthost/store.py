@@ -103,6 +103,7 @@ _MIGRATIONS: Final[tuple[Step, ...]] = (
         "CREATE INDEX grants_key ON grants (key, expires_at)",
     ),
     ("ALTER TABLE items ADD COLUMN edited_json TEXT",),
+    ("ALTER TABLE devices ADD COLUMN last_seen INTEGER",),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The ``user_version`` of an up-to-date file."""
@@ -215,6 +216,20 @@ class AgentStore:
             "SELECT card_json, platform, paired_at FROM devices ORDER BY paired_at"
         ).fetchall()
         return [(PublicCard.from_json(json.loads(r[0])), r[1], int(r[2])) for r in rows]
+
+    def device_seen(self, device_id: str, now_ms: int) -> None:
+        """Record that a paired device was heard from: an envelope or a delivery receipt."""
+        self._execute(
+            "UPDATE devices SET last_seen = MAX(COALESCE(last_seen, 0), ?) WHERE device_id = ?",
+            (now_ms, device_id),
+        )
+
+    def last_seen(self) -> dict[str, int]:
+        """When each paired device was last heard from (devices never heard from: absent)."""
+        rows = self._execute(
+            "SELECT device_id, last_seen FROM devices WHERE last_seen IS NOT NULL"
+        ).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
 
     def remove_device(self, device_id: str) -> bool:
         return self._execute("DELETE FROM devices WHERE device_id = ?", (device_id,)).rowcount > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,7 @@ def run_pair(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    from bot.integrations.waiting import ago
     from skald_telegram.client import AgentClient, ClientError
 
     try:
@@ -114,8 +116,11 @@ def run_status(args: argparse.Namespace) -> int:
     print("store: ok" if store["ok"] else
           f"store: failing since {store['failing_since']} ({store['cause']})")
     print(f"paired devices: {len(status['devices'])}")
+    now = datetime.now(UTC)
     for device in status["devices"]:
-        print(f"  {device['name']} ({device['id']}), paired {device['paired_at']}")
+        when = device.get("last_seen")
+        seen = f"last seen {when} ({ago(when, now)})" if when else "not seen since pairing"
+        print(f"  {device['name']} ({device['id']}), paired {device['paired_at']}, {seen}")
     print(f"open items: {len(status['open_items'])}")
     for item in status["open_items"]:
         print(f"  {item['item_id']} {item['kind']}: {item['summary']} "

@@ -1,9 +1,9 @@
 """``skald-telegram ask``: ask for an approval (or an answer) and wait for it, for scripts.
 
 Exit codes: 0 approved (or answered), 1 denied, 2 no decision in time (the item is
-withdrawn), 3 anything else, argparse's own usage errors included (its usual 2 would read
-as a timeout). The subcommand therefore takes its words unparsed and reads them with its
-own parser.
+withdrawn), 3 anything else (``--require-device`` with no device picking the request up
+among them), argparse's own usage errors included (its usual 2 would read as a timeout).
+The subcommand therefore takes its words unparsed and reads them with its own parser.
 """
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+
+from bot.integrations.waiting import Watch
 
 if TYPE_CHECKING:
     from skald_telegram.client import AgentClient, Outcome
@@ -76,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "come back (--json: \"arguments\", with \"edited\": true)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="how long to wait for a decision (default: 600)")
+    parser.add_argument("--require-device", action="store_true",
+                        help="exit 3 (withdrawing the request) when no paired device has "
+                             "picked it up within 15 s, instead of saying so and waiting on")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--state", metavar="DIR", type=Path,
                         help="the agent host's state folder")
@@ -165,6 +171,7 @@ def _ask(client: AgentClient, options: argparse.Namespace,
 
     timeout = options.timeout if options.timeout is not None else DEFAULT_TIMEOUT_S
     item_id = options.item
+    watch = Watch(sys.stderr, "skald-telegram ask", stop_when_unseen=options.require_device)
     try:
         if item_id is None:
             if "question" in request:
@@ -176,9 +183,16 @@ def _ask(client: AgentClient, options: argparse.Namespace,
                     arguments=request["arguments"], blocks=request["blocks"], timeout=timeout,
                     grant_key=request["grant_key"], grant_label=request["grant_label"],
                     editable=request["editable"])
-            outcome = client.wait(item_id, timeout + EXPIRY_GRACE_S)
+            wait: float | None = timeout + EXPIRY_GRACE_S
         else:
-            outcome = client.wait(item_id, options.timeout)
+            wait = options.timeout
+        _announce(client, watch, item_id, request)
+        outcome = _watched_wait(client, watch, item_id, wait)
+        if outcome.pending and watch.told and watch.stop_when_unseen:
+            client.withdraw(item_id)
+            print(f"skald-telegram ask: {item_id} withdrawn: no device picked it up "
+                  "(--require-device)", file=sys.stderr)
+            return None
         return client.withdraw(item_id) if outcome.pending else outcome
     except KeyboardInterrupt:
         if item_id is not None:
@@ -190,6 +204,34 @@ def _ask(client: AgentClient, options: argparse.Namespace,
                 return None
             print(f"skald-telegram ask: interrupted; {item_id} withdrawn", file=sys.stderr)
         return None
+
+
+def _announce(client: AgentClient, watch: Watch, item_id: str,
+              request: dict[str, Any]) -> None:
+    """The waiting line, with the summary the card shows (the host's when none was given)."""
+    summary = request.get("question") or request.get("summary")
+    if summary is None and sys.stderr.isatty():
+        listed = [i for i in client.items() if i.get("item_id") == item_id]
+        summary = listed[0].get("summary") if listed else request.get("tool", item_id)
+    watch.waiting(item_id, str(summary), question=item_id.startswith("clr_"))
+
+
+def _watched_wait(client: AgentClient, watch: Watch, item_id: str,
+                  timeout: float | None) -> Outcome:
+    """Wait as :meth:`AgentClient.wait` does; once the notice's time has passed with no
+    device holding the request, say so and which devices there are (and, for
+    ``--require-device``, stop waiting)."""
+    started = time.monotonic()
+    first = watch.first_wait(timeout if timeout is not None else float("inf"))
+    outcome = client.wait(item_id, first)
+    if watch.unseen(outcome):
+        watch.not_picked_up(client.status()["devices"])
+        if watch.stop_when_unseen:
+            return outcome
+    if not outcome.pending:
+        return outcome
+    left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+    return client.wait(item_id, left)
 
 
 def _who(decided_by: Any) -> str:

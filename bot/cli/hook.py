@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
 def _answer(args: argparse.Namespace) -> int:
     from bot.integrations.approval import failure, host_connector
     from bot.integrations.hook import run_hook, stopped_answer
+    from bot.integrations.waiting import Watch
 
     contract = AGENTS[args.target].contract()
     raw = ""
@@ -73,7 +74,7 @@ def _answer(args: argparse.Namespace) -> int:
         raw = sys.stdin.read()
         answer = asyncio.run(_until_stopped(run_hook(
             contract, raw, host_connector(args.state), timeout=args.timeout,
-            on_error=args.on_error,
+            on_error=args.on_error, watch=Watch(sys.stderr, "skald-telegram hook"),
         )))
     except Stopped:
         answer = stopped_answer(contract, raw)

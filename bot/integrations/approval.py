@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 
 import anyio
 
+from bot.integrations.waiting import Watch
 from skald_telegram import AsyncAgentClient, Outcome
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ async def ask_person(
     grant_label: str | None = None,
     grant_kind: Literal["hook", "gateway"] = "hook",
     editable: Sequence[str] = (),
+    watch: Watch | None = None,
 ) -> Verdict:
     """Submit an approval, wait up to ``timeout`` seconds, and judge the outcome. With a
     ``grant_key`` (and its ``grant_label``) the approval offers a grant of a hook or of
@@ -78,7 +80,9 @@ async def ask_person(
             tool, summary=summary, arguments=arguments, blocks=blocks, timeout=timeout,
             grant_scope=scope, editable=editable,
         ))
-        outcome = await _wait_or_withdraw(client, item_id, timeout)
+        if watch is not None:
+            watch.waiting(item_id, summary)
+        outcome = await _wait_or_withdraw(client, item_id, timeout, watch)
     except Exception as exc:  # fail closed, as above
         log.warning("approval for %s failed: %s", tool, one_line(exc))
         return failure(one_line(exc), on_error)
@@ -190,12 +194,12 @@ async def _submitted(client: AsyncAgentClient, submit: Awaitable[str]) -> str:
 
 
 async def _wait_or_withdraw(
-    client: AsyncAgentClient, item_id: str, timeout: float
+    client: AsyncAgentClient, item_id: str, timeout: float, watch: Watch | None = None
 ) -> Outcome:
     """The outcome within ``timeout``; an item still open then (or when the wait is
     interrupted) is withdrawn, so that no card stays waiting for nobody."""
     try:
-        outcome = await client.wait(item_id, timeout)
+        outcome = await _watched_wait(client, item_id, timeout, watch)
     except BaseException:
         # Shielded: a cancelled caller (an MCP client that went away) still takes its card
         # back, within a few seconds.
@@ -205,6 +209,22 @@ async def _wait_or_withdraw(
     if outcome.state == "pending":
         await _withdraw(client, item_id)
     return outcome
+
+
+async def _watched_wait(
+    client: AsyncAgentClient, item_id: str, timeout: float, watch: Watch | None
+) -> Outcome:
+    """:meth:`AsyncAgentClient.wait`; with a ``watch``, saying after its time whether no
+    device picked the request up, then waiting on."""
+    if watch is None:
+        return await client.wait(item_id, timeout)
+    first = watch.first_wait(timeout)
+    outcome = await client.wait(item_id, first)
+    if watch.unseen(outcome):
+        watch.not_picked_up((await client.status())["devices"])
+    if not outcome.pending:
+        return outcome
+    return await client.wait(item_id, timeout - first)
 
 
 async def _withdraw(client: AsyncAgentClient, item_id: str) -> None:

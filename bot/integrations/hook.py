@@ -17,6 +17,7 @@ from bot.integrations.commands import CommandTable, parse_table
 from bot.integrations.contract import HookAnswer, HookContract, HookInputError
 from bot.integrations.describe import FileReader, ToolCall, call_target, describe
 from bot.integrations.grants import Programs, hook_scope
+from bot.integrations.waiting import Watch
 
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
 """A larger file is not diffed: the card says so instead."""
@@ -37,10 +38,12 @@ async def run_hook(
     read: FileReader | None = None,
     resolve: PathResolver | None = None,
     programs: Programs | None = None,
+    watch: Watch | None = None,
 ) -> HookAnswer:
     """The answer to one hook event ``raw`` (the JSON the agent wrote on stdin). Shell
     commands are judged by ``programs`` (default: the command table, and program names
-    looked up on this process's ``PATH``, which is the agent's)."""
+    looked up on this process's ``PATH``, which is the agent's); ``watch`` says on
+    stderr that the request waits, and when no device picked it up."""
     event_name: str | None = None
     try:
         data = json.loads(raw)
@@ -66,6 +69,7 @@ async def run_hook(
         grant_label=scope.label if scope else None,
         editable=[key for key in contract.editable.get(call.tool, ())
                   if isinstance(call.arguments.get(key), str)],
+        watch=watch,
     )
     return contract.answer(event.name, verdict)
 

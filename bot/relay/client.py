@@ -6,7 +6,9 @@ ends the session, and the envelope comes again on the next) and sends what waits
 outbox (:mod:`bot.relay.outgoing`: until the relay answers ``sent``, again after every
 reconnection). Handling runs apart from reading, so a slow handler does not stop the
 client from answering keepalive. The client never opens an envelope: the handler does.
-Frame types it does not know (the relay's ``delivered`` receipt among them) are ignored.
+The relay's ``delivered`` receipts (a recipient acknowledged one of our envelopes) go to
+``on_delivered`` when given, and are ignored otherwise; frame types the client does not
+know are ignored.
 
 Reconnection uses exponential backoff with jitter (``backoff_initial`` doubling to
 ``backoff_max``; each wait is drawn between half and all of the current delay). The delay
@@ -42,6 +44,7 @@ from bot.relay.frames import (
     MAX_FRAME_BYTES,
     Challenge,
     Deliver,
+    Delivered,
     Error,
     FrameError,
     Ready,
@@ -84,6 +87,7 @@ class RelayClient:
         handler: EnvelopeHandler,
         outbox: Outbox,
         on_ready: Callable[[], Awaitable[None]] | None = None,
+        on_delivered: Callable[[str], None] | None = None,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         ping_interval: float = 20.0,
@@ -99,6 +103,7 @@ class RelayClient:
         self._deliveries = Deliveries(url, handler)
         self._sender = Sender(url, outbox, retry_after=backoff_max)
         self._on_ready = on_ready
+        self._on_delivered = on_delivered
         self._backoff = Backoff(backoff_initial, backoff_max, jitter=True)
         self._ping_interval = ping_interval
         self._ping_timeout = ping_timeout
@@ -256,7 +261,6 @@ class RelayClient:
         try:
             frame = parse_frame(message)
         except UnknownFrameType as exc:
-            # Frame types added later (``delivered``, a courtesy to the sender) are ignored.
             log.debug("relay %s: ignored a frame: %s", self._url, exc.detail)
             return
         except FrameError as exc:
@@ -267,6 +271,12 @@ class RelayClient:
         elif isinstance(frame, Sent):
             self._sender.sent(frame.id)
             session.traffic = True
+        elif isinstance(frame, Delivered):
+            if self._on_delivered is not None:
+                try:
+                    self._on_delivered(frame.id)
+                except Exception:  # a courtesy: never worth the session
+                    log.exception("relay %s: on_delivered failed", self._url)
         elif isinstance(frame, Error):
             if frame.id is None:
                 log.warning("relay %s: error %s (%s)", self._url, frame.code, frame.message)

@@ -6,18 +6,21 @@ on reading: everything that arrives meanwhile, from every session (envelopes,
 acknowledgements, new sessions), shares the next transaction, so a burst costs one disk
 sync, and a handful of statements, rather than one of each per frame. ``sent`` is
 answered, and an envelope delivered, only once it is committed (``synchronous=FULL``), and
-an acknowledged envelope is forgotten only by a committed deletion.
+an acknowledged envelope is forgotten only by a committed deletion; once it is, its sender
+is told (``delivered``) if it has a session open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
 from typing import Final
 
 from bot.errors import StoreError
+from bot.relay.frames import delivered_frame
 from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued, RelayQueue
 from bot.relay.session import PendingSend, Session
 from bot.relay.transport import frame_size
@@ -147,12 +150,25 @@ class QueueWriter:
             results, seqs = list(applied.results), applied.seqs
             if applied.removed < len(batch.acks):
                 log.debug("%d acks for envelopes not queued", len(batch.acks) - applied.removed)
+            if applied.senders:
+                self._tell_senders(applied.senders)
         sessions = self._sessions
         for item, result, seq in zip(batch.puts, results, seqs, strict=True):
             recipient = sessions.get(item.recipient)
             if result is PutResult.QUEUED and recipient is not None:
                 recipient.hand_over(Queued(seq, item.envelope_id, frame_size(item.body), item.body))
         return results
+
+    def _tell_senders(self, senders: list[tuple[str, str]]) -> None:
+        """Tell each sender with a session open now that its envelope was acknowledged
+        (protocol §4 ``delivered``): a courtesy, never stored, dropped when the session's
+        answers are backed up."""
+        sessions = self._sessions
+        for sender, envelope_id in senders:
+            session = sessions.get(sender)
+            if session is not None:
+                with contextlib.suppress(asyncio.QueueFull):
+                    session.answers.put_nowait(delivered_frame(envelope_id))
 
     def purge(self) -> None:
         """Delete expired envelopes now (the caller holds no transaction)."""

@@ -123,13 +123,20 @@ class Sent:
 
 
 @dataclass(frozen=True)
+class Delivered:
+    """The relay's courtesy to a sender: its recipient acknowledged envelope ``id``."""
+
+    id: str
+
+
+@dataclass(frozen=True)
 class Error:
     code: str
     id: str | None = None
     message: str | None = None
 
 
-Frame: TypeAlias = Challenge | Auth | Ready | Deliver | Ack | Send | Sent | Error
+Frame: TypeAlias = Challenge | Auth | Ready | Deliver | Ack | Send | Sent | Delivered | Error
 
 
 def parse_frame(data: str | bytes) -> Frame:
@@ -321,6 +328,10 @@ def _parse_sent(obj: dict[str, object]) -> Sent:
     return Sent(_id(obj, "id"))
 
 
+def _parse_delivered(obj: dict[str, object]) -> Delivered:
+    return Delivered(_id(obj, "id"))
+
+
 def _parse_error(obj: dict[str, object]) -> Error:
     code = obj.get("code")
     envelope_id = obj.get("id")
@@ -340,6 +351,7 @@ _PARSERS: dict[str, Callable[[dict[str, object]], Frame]] = {
     "ack": _parse_ack,
     "send": _parse_send,
     "sent": _parse_sent,
+    "delivered": _parse_delivered,
     "error": _parse_error,
 }
 
@@ -384,6 +396,12 @@ def sent_frame(envelope_id: str) -> str:
     """A ``sent`` frame for an id already checked (:func:`bot.protocol.identity.is_id`):
     hex needs no escaping, so the frame is written directly."""
     return '{"type":"sent","id":"' + envelope_id + '"}'
+
+
+def delivered_frame(envelope_id: str) -> str:
+    """A ``delivered`` frame for an id already checked (written directly, as
+    :func:`sent_frame`)."""
+    return '{"type":"delivered","id":"' + envelope_id + '"}'
 
 
 def error_frame(code: str, envelope_id: str | None = None, message: str | None = None) -> str:

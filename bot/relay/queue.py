@@ -89,7 +89,8 @@ _INDEXES: Final = (
     "CREATE INDEX queue_by_age ON queue (queued_ms)",
 )
 _FIND_ACKED = (
-    "SELECT json_group_array(json_array(q.seq, q.recipient, q.sender, q.address, q.size))"
+    "SELECT json_group_array(json_array(q.seq, q.recipient, q.sender, q.address, q.size,"
+    " q.envelope_id))"
     " FROM json_each(?) AS a JOIN queue AS q ON q.seq = (SELECT seq"
     " FROM queue INDEXED BY queue_by_envelope WHERE recipient = json_extract(a.value, '$[0]')"
     " AND envelope_id = json_extract(a.value, '$[1]') ORDER BY seq LIMIT 1)"
@@ -162,6 +163,8 @@ class Applied:
     results: list[PutResult]
     seqs: list[int]
     removed: int
+    senders: list[tuple[str, str]] = field(default_factory=list)
+    """The sender and id of each acknowledged envelope deleted: whom to tell (§4 ``delivered``)."""
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ class RelayQueue:
                         (recipient, now_ms),
                     )
                     usage.connected.add(recipient)
-            removed = self._delete_all(batch.acks)
+            senders = self._delete_all(batch.acks)
             queued = self._put_all(batch.puts, now_ms)
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -343,7 +346,9 @@ class RelayQueue:
         except BaseException:
             self._abandon()  # never leave the transaction open for the next batch
             raise
-        return Applied([result for result, _ in queued], [seq for _, seq in queued], removed)
+        return Applied(
+            [result for result, _ in queued], [seq for _, seq in queued], len(senders), senders
+        )
 
     def _abandon(self) -> None:
         """Roll back a failed transaction and forget what it changed in the counts."""
@@ -352,22 +357,23 @@ class RelayQueue:
                 self._db.execute("ROLLBACK")
         self._recount()
 
-    def _delete_all(self, acks: list[Acknowledged]) -> int:
+    def _delete_all(self, acks: list[Acknowledged]) -> list[tuple[str, str]]:
         """Delete acknowledged envelopes with a few statements for the whole batch, or one
-        by one when a recipient acknowledges one id twice (each deletes the next oldest)."""
+        by one when a recipient acknowledges one id twice (each deletes the next oldest);
+        the sender and id of each one deleted."""
         keys = [(ack.recipient, ack.envelope_id) for ack in acks]
         if len(keys) < 2 or len(set(keys)) < len(keys):
-            return sum(self._delete(ack) for ack in acks)
+            return [found for ack in acks if (found := self._delete(ack)) is not None]
         (found,) = self._db.execute(_FIND_ACKED, (json.dumps(keys),)).fetchone()
-        rows: list[tuple[int, str, str, str, int]] = json.loads(found)
+        rows: list[tuple[int, str, str, str, int, str]] = json.loads(found)
         if not rows:
-            return 0
+            return []
         self._db.execute(
             "DELETE FROM queue WHERE seq IN (SELECT value FROM json_each(?))",
             (json.dumps([row[0] for row in rows]),),
         )
         contacts = []
-        for _, recipient, sender, address, size in rows:
+        for _, recipient, sender, address, size, _ in rows:
             self._usage.remove(recipient, sender, address, size)
             if self._usage.add_contact(recipient, sender):
                 contacts.append((recipient, sender))
@@ -378,7 +384,7 @@ class RelayQueue:
                 " FROM json_each(?)",
                 (json.dumps(contacts),),
             )
-        return len(rows)
+        return [(row[2], row[5]) for row in rows]
 
     def _put_all(self, items: list[Incoming], now_ms: int) -> list[tuple[PutResult, int]]:
         """Queue envelopes in order, each with its result and position, those within the
@@ -427,7 +433,7 @@ class RelayQueue:
         self._db.execute("RELEASE puts")
         return results
 
-    def _delete(self, ack: Acknowledged) -> int:
+    def _delete(self, ack: Acknowledged) -> tuple[str, str] | None:
         row = self._db.execute(
             "DELETE FROM queue WHERE seq = (SELECT seq FROM queue INDEXED BY queue_by_envelope"
             " WHERE recipient = ? AND envelope_id = ? ORDER BY seq LIMIT 1)"
@@ -435,7 +441,7 @@ class RelayQueue:
             (ack.recipient, ack.envelope_id),
         ).fetchone()
         if row is None:
-            return 0
+            return None
         sender, address, size = row
         self._usage.remove(ack.recipient, sender, address, size)
         if self._usage.add_contact(ack.recipient, sender):
@@ -443,7 +449,7 @@ class RelayQueue:
                 "INSERT OR IGNORE INTO contacts (recipient, sender) VALUES (?, ?)",
                 (ack.recipient, sender),
             )
-        return 1
+        return sender, ack.envelope_id
 
     def _put_one(self, item: Incoming, now_ms: int) -> tuple[PutResult, int]:
         """Queue one envelope: the result, and its position when it was queued (else 0)."""

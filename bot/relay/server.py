@@ -46,7 +46,9 @@ everything a stranger can make it hold is bounded:
 ``sent`` is answered, and an envelope delivered, only once it is committed
 (``synchronous=FULL``), and an acknowledged envelope is forgotten only by a committed
 deletion; everything that arrives while one transaction is written, from every session,
-shares the next. Answers keep the order of the frames they answer.
+shares the next. Answers keep the order of the frames they answer. Once an acknowledged
+envelope's deletion is committed, its sender is told (``delivered``) if it has a session
+open at that moment: a courtesy, never stored or sent later.
 
 A queue that fails while the relay runs is logged as ERROR at most once a minute, and
 ``GET /health`` on the relay's port says so (503 ``store: failing since …``) until writes
