@@ -174,7 +174,7 @@ class Bot:
         notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
                            clock=self._clock)
         digests = DigestWorker(bridge=bridge, gateway=gateway, renderer=renderer,
-                               config=config, clock=self._clock)
+                               turns=worker.turns, clock=self._clock)
         changed = asyncio.Event()
         redraw = Redraw(worker, timers, changed, notes, digests)
         pool = RelayPool(bridge, after=redraw, **self._relay_options)

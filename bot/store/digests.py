@@ -41,13 +41,14 @@ class DigestsView:
         return [_digest(r) for r in rows]
 
     def waiting(self) -> list[tuple[int, str, int | None, str]]:
-        """(chat id, agent id, card topic, item id) of every open approval whose card
-        stands in a chat the agent is bound to, oldest card first."""
+        """(chat id, agent id, card topic, item id) of every open approval whose card is
+        posted in a chat the agent is bound to, oldest card first."""
         rows = self._db.all(
             "SELECT c.chat_id, c.agent_id, c.topic_id, c.item_id FROM cards c"
             " JOIN items i ON i.agent_id = c.agent_id AND i.item_id = c.item_id"
             " JOIN bindings b ON b.agent_id = c.agent_id AND b.chat_id = c.chat_id"
-            " WHERE i.state = 'open' AND i.kind = 'approval' ORDER BY c.card_id")
+            " WHERE i.state = 'open' AND i.kind = 'approval' AND c.message_id IS NOT NULL"
+            " ORDER BY c.card_id")
         return [(r["chat_id"], r["agent_id"], r["topic_id"], r["item_id"]) for r in rows]
 
     def items(self, digest_id: int, version: int) -> tuple[str, ...]:

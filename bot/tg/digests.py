@@ -1,9 +1,10 @@
 """Keeps each agent's digest of waiting approvals in Telegram in step with the store.
 
-On every change (and every few seconds, for cards posted meanwhile, whose links it
-shows) the bridge gives each digest whose list changed a new version; the worker then
-posts, edits or removes the digest messages, a pace apart per chat, as the note worker
-does. A digest whose list is empty is removed.
+A digest lists the approvals whose cards are posted, so it stands below them and links to
+them. On every change (and every second, for cards posted meanwhile) the bridge gives each
+digest whose list changed a new version; the worker then posts, edits or removes the
+digest messages in the chat's turns (:class:`bot.tg.ratelimit.ChatTurns`, shared with the
+card worker, behind the cards). A digest whose list is empty is removed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 
 from bot.bridge import Bridge
 from bot.clock import Clock
-from bot.config import Config
 from bot.core.digest import DigestRow
 from bot.errors import BotApiError, ChatUnavailable, MessageGone, SkaldError, Throttled
 from bot.protocol.payloads import parse_approval
@@ -23,10 +23,11 @@ from bot.render.digest import digest_line
 from bot.tg.batches import digest_keyboard, exclusion
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import Keyboard
+from bot.tg.ratelimit import CARD, ChatTurns
 
 log = logging.getLogger(__name__)
 
-LOOK_AGAIN_S = 2.0
+LOOK_AGAIN_S = 1.0
 """How often digests are looked at without a change (cards posted meanwhile get links)."""
 RETRY_DELAY_S = 5.0
 
@@ -35,15 +36,14 @@ class DigestWorker:
     """Posts, edits and removes digests, paced per chat."""
 
     def __init__(self, *, bridge: Bridge, gateway: Gateway, renderer: Renderer,
-                 config: Config, clock: Clock) -> None:
+                 turns: ChatTurns, clock: Clock) -> None:
         self._bridge = bridge
         self._view = bridge.view
         self._gateway = gateway
         self._renderer = renderer
-        self._pace_s = config.chat_pace_s
+        self._turns = turns
         self._clock = clock
         self._wake = asyncio.Event()
-        self._last_send: dict[int, float] = {}
         self._shown: dict[int, str] = {}
         """Per digest: the text its message shows now (memory only: redrawn after a start)."""
 
@@ -80,25 +80,26 @@ class DigestWorker:
         items = self._view.digests.items(digest.digest_id, digest.version)
         if not items:
             if digest.message_id is not None:
-                await self._paced(digest.chat_id)
-                await self._remove(digest)
+                async with self._turns.turn(digest.chat_id, CARD):
+                    await self._remove(digest)
             self._bridge.digest_shown(digest.digest_id, digest.dirty)
             return
         html, buttons = self._draw(digest, items)
         if digest.message_id is not None and self._shown.get(digest.digest_id) == html \
                 and not digest.dirty:
             return
-        await self._paced(digest.chat_id)
         if digest.message_id is None:
-            message_id = await self._gateway.send(digest.chat_id, html, keyboard=buttons,
-                                                  topic_id=digest.topic_id, quiet=True)
+            async with self._turns.turn(digest.chat_id, CARD):
+                message_id = await self._gateway.send(digest.chat_id, html, keyboard=buttons,
+                                                      topic_id=digest.topic_id, quiet=True)
             self._bridge.digest_posted(digest.digest_id, message_id)
             log.info("posted digest %s (version %d) in chat %s", digest.digest_id,
                      digest.version, digest.chat_id)
         else:
             try:
-                await self._gateway.edit(digest.chat_id, digest.message_id, html,
-                                         keyboard=buttons)
+                async with self._turns.turn(digest.chat_id, CARD):
+                    await self._gateway.edit(digest.chat_id, digest.message_id, html,
+                                             keyboard=buttons)
             except MessageGone:
                 self._bridge.digest_posted(digest.digest_id, None)
                 self._shown.pop(digest.digest_id, None)
@@ -121,12 +122,6 @@ class DigestWorker:
         self._bridge.digest_posted(digest.digest_id, None)
         self._shown.pop(digest.digest_id, None)
         log.info("removed digest %s in chat %s", digest.digest_id, digest.chat_id)
-
-    async def _paced(self, chat_id: int) -> None:
-        wait = self._last_send.get(chat_id, 0.0) + self._pace_s - self._clock.time()
-        if wait > 0:
-            await self._clock.sleep(wait)
-        self._last_send[chat_id] = self._clock.time()
 
     def _draw(self, digest: DigestRow, items: tuple[str, ...]) -> tuple[str, Keyboard]:
         cards = {card.item_id: card
