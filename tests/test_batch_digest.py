@@ -191,3 +191,20 @@ def test_an_earlier_state_file_gains_the_digest_tables(tmp_path: Path) -> None:
         assert store.chats.title(5) == "ops"
     finally:
         store.close()
+
+
+async def test_an_observer_cannot_start_a_batch(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        config = chat_config(world, OPS_GROUP, approvers=[ADA])
+        async with running_bot(world, config):
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(sent(world, "apr_o1"))
+            world.agent.submit_approval(sent(world, "apr_o2"))
+            digest = await digest_showing(world, OPS_GROUP, "2 requests")
+            answer = await world.answer_of(world.tap(OPS_GROUP, digest, BOB, "Approve all"))
+            assert answer["show_alert"] is True and "not decide" in answer["text"]
+            await asyncio.sleep(0.3)
+            assert confirmations(world.tg, OPS_GROUP) == []
+            taps = world.running.store.audit.rows(events=("tap",))
+            assert [(t.user_id, t.detail["refusal"]) for t in taps] == [(BOB, "not_approver")]

@@ -18,7 +18,7 @@ from telegram.ext import ContextTypes
 
 from bot.bridge import BatchReport
 from bot.core.model import ItemRow
-from bot.core.policy import Action, Decided, Tallied
+from bot.core.policy import Action, Decided, Refusal, Tallied, may_decide
 from bot.errors import BotApiError, PayloadError
 from bot.protocol.payloads import parse_approval
 from bot.render.digest import LeftOut, left_out
@@ -102,6 +102,15 @@ class Batches(HandlerGroup):
         agent_name = agent.name if agent else digest.agent_id[:8]
         batchable = [i for i in listed if (row := self._view.items.get(digest.agent_id, i))
                      is not None and row.state == "open" and exclusion(row) is None]
+        if press.step in "ad" and not may_decide(
+                query.from_user.id, await self._approvers.for_decision(message.chat.id,
+                                                                       {query.from_user.id})):
+            self._bridge.record_refused_tap(message.chat.id, self._person(query.from_user),
+                                            "batch", Refusal.NOT_APPROVER)
+            await self._answer_query(query, self._renderer.text(
+                "alert_refused", reason=Refusal.NOT_APPROVER.value,
+                approvers=await self._approvers.names(message.chat.id)), alert=True)
+            return
         if press.step in "ad":
             await self._ask(query, digest.token, press, len(batchable), agent_name,
                             message.chat.id, digest.topic_id)
@@ -112,11 +121,15 @@ class Batches(HandlerGroup):
             return
         left = {i for i in listed if (row := self._view.items.get(digest.agent_id, i))
                 is not None and exclusion(row) is not None}
+        # As for one tap: a stale list is checked for the tapper and whoever voted already.
+        voters = {v.user_id for _item, card in self._view.items.open_in_chat(message.chat.id)
+                  if card.item_id in listed and card.agent_id == digest.agent_id
+                  for v in self._view.cards.votes(card.card_id)}
         report = self._bridge.batch(
             press.token, press.version, _ACTIONS[press.step], chat_id=message.chat.id,
             tapper=self._person(query.from_user),
             approvers=await self._approvers.for_decision(message.chat.id,
-                                                         {query.from_user.id}),
+                                                         {query.from_user.id, *voters}),
             left_out=left,
         )
         self._act_on(report.changes)
