@@ -16,7 +16,14 @@ import logging
 from bot.bridge import Bridge
 from bot.clock import Clock
 from bot.core.digest import DigestRow
-from bot.errors import BotApiError, ChatUnavailable, MessageGone, SkaldError, Throttled
+from bot.errors import (
+    BotApiError,
+    ChatUnavailable,
+    MessageGone,
+    SkaldError,
+    StoreError,
+    Throttled,
+)
 from bot.protocol.payloads import parse_approval
 from bot.render import Renderer
 from bot.render.digest import digest_line
@@ -53,7 +60,12 @@ class DigestWorker:
     async def run(self) -> None:
         while True:
             self._wake.clear()
-            self._bridge.sync_digests()
+            try:
+                self._bridge.sync_digests()
+            except StoreError as exc:
+                log.warning("could not bring digests up to date: %s", exc)
+                await self._clock.wait(self._wake, RETRY_DELAY_S)
+                continue
             failed = False
             for digest in self._view.digests.all():
                 if self._view.chats.forbidden(digest.chat_id):
