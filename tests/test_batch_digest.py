@@ -14,6 +14,8 @@ from world import ADA, BOB, OPS_GROUP, approval, bot_config, make_world, running
 from bot.config import parse_config
 from bot.playground.stub import StoredMessage, TelegramStub
 from bot.protocol.encoding import args_sha256
+from bot.protocol.payloads import parse_approval
+from bot.render.digest import digest_line, left_out
 from bot.store import SCHEMA_VERSION, Store
 
 SECRET = "sk-live-51H8xQ2eZvKYlo2C"
@@ -208,3 +210,21 @@ async def test_an_observer_cannot_start_a_batch(tmp_path: Path) -> None:
             assert confirmations(world.tg, OPS_GROUP) == []
             taps = world.running.store.audit.rows(events=("tap",))
             assert [(t.user_id, t.detail["refusal"]) for t in taps] == [(BOB, "not_approver")]
+
+
+def test_left_out_looks_at_everything_a_card_could_show() -> None:
+    assert left_out(parse_approval(approval("a"))) is None
+    assert left_out(parse_approval(approval(
+        "a", arguments={"url": "https://раураl.com/login"}))) == "host"
+    assert left_out(parse_approval(approval("a", blocks={"v": 1, "blocks": [
+        {"type": "field", "label": "To\u200b", "value": "x", "value_type": "string"}]}))) \
+        == "hidden"
+
+
+def test_a_file_change_shows_its_line_counts_and_a_command_runs_as_shown() -> None:
+    diff = "--- a/x\n+++ b/x\n@@ -1 +1,2 @@\n-old\n+new\n+more\n"
+    item = parse_approval(approval("a", summary="Edit x", blocks={"v": 1, "blocks": [
+        {"type": "field", "label": "Diff", "value": diff, "value_type": "diff"}]}))
+    assert digest_line(item) == "Edit x (+2 −1)"
+    command = parse_approval(sent(None, "apr_c"))
+    assert digest_line(command) == "make build ITEM=apr_c"

@@ -4,6 +4,7 @@ decisions (a secret, or a card that warns)."""
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from bot import hidden
@@ -29,7 +30,7 @@ def left_out(approval: Approval) -> LeftOut | None:
                            *(block.value for block in approval.blocks)]
     if hidden.holds_hidden(shown):
         return "hidden"
-    if any(honest_hosts(text)[1] for text in _texts(shown)):
+    if honest_hosts(json.dumps(shown, ensure_ascii=False))[1]:
         return "host"
     return None
 
@@ -60,17 +61,3 @@ def _counts(diff: str) -> tuple[int, int]:
     removed = sum(1 for x in lines if x.startswith("-") and not x.startswith("---"))
     return added, removed
 
-
-def _texts(value: object) -> list[str]:
-    found: list[str] = []
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            found.append(item)
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple):
-            pending.extend(item)
-    return found
