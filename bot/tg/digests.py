@@ -18,6 +18,7 @@ from bot.clock import Clock
 from bot.core.digest import DigestRow
 from bot.errors import (
     BotApiError,
+    ChatMoved,
     ChatUnavailable,
     MessageGone,
     SkaldError,
@@ -120,12 +121,15 @@ class DigestWorker:
         self._bridge.digest_shown(digest.digest_id, digest.dirty)
 
     async def _remove(self, digest: DigestRow) -> None:
-        """Delete the message; one that cannot be deleted any more says nothing waits."""
+        """Delete the message; one that cannot be deleted any more says nothing waits (and
+        one in a chat that moved or went is let go: it has no buttons that work)."""
         assert digest.message_id is not None
         try:
             await self._gateway.delete(digest.chat_id, digest.message_id)
-        except MessageGone:
+        except (MessageGone, ChatMoved, ChatUnavailable):
             pass
+        except Throttled:
+            raise
         except BotApiError as exc:
             log.info("could not delete digest %s in chat %s (%s); clearing it instead",
                      digest.digest_id, digest.chat_id, exc)
