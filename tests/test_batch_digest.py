@@ -8,10 +8,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_store_formats import old_file
 from world import ADA, BOB, OPS_GROUP, approval, bot_config, make_world, running_bot
 
 from bot.config import parse_config
+from bot.errors import ConfigError
 from bot.playground.stub import StoredMessage, TelegramStub
 from bot.protocol.encoding import args_sha256
 from bot.protocol.payloads import parse_approval
@@ -228,3 +230,14 @@ def test_a_file_change_shows_its_line_counts_and_a_command_runs_as_shown() -> No
     assert digest_line(item) == "Edit x (+2 −1)"
     command = parse_approval(sent(None, "apr_c"))
     assert digest_line(command) == "make build ITEM=apr_c"
+
+
+def test_batch_takes_on_or_off(tmp_path: Path) -> None:
+    data = bot_config(tmp_path, "http://127.0.0.1:1")
+    data["chats"] = [{"id": OPS_GROUP}, {"id": ADA, "batch": "off"}]
+    config = parse_config(data, base=tmp_path)
+    assert config.policy(OPS_GROUP, private=False).batch is True
+    assert config.policy(ADA, private=True).batch is False
+    data["chats"] = [{"id": ADA, "batch": True}]
+    with pytest.raises(ConfigError, match=r'^chats\[0\]\.batch: must be "on" or "off", got True$'):
+        parse_config(data, base=tmp_path)
