@@ -53,7 +53,7 @@ async def confirm(world: Any, chat_id: int, digest: StoredMessage, user: int,
     return confirmations(world.tg, chat_id)[-1]
 
 
-def sent(world: Any, item_id: str) -> dict[str, Any]:
+def sent(item_id: str) -> dict[str, Any]:
     return approval(item_id, summary=f"Run the build ({item_id})", tool="Bash",
                     blocks={"v": 1, "blocks": [{"type": "field", "label": "Command",
                                                 "value": f"make build ITEM={item_id}",
@@ -64,19 +64,19 @@ def sent(world: Any, item_id: str) -> dict[str, Any]:
 async def test_digest_lists_a_version_and_the_batch_decides_exactly_it(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world, running_bot(world):
         await world.pair(ADA)
-        world.agent.submit_approval(sent(world, "apr_1"))
+        world.agent.submit_approval(sent("apr_1"))
         await world.wait_card(ADA, "apr_1")
         assert digests(world.tg, ADA) == []
-        world.agent.submit_approval(sent(world, "apr_2"))
+        world.agent.submit_approval(sent("apr_2"))
         digest = await digest_showing(world, ADA, "2 requests")
         assert "make build ITEM=apr_1" in digest.text and "make build ITEM=apr_2" in digest.text
-        world.agent.submit_approval(sent(world, "apr_3"))
+        world.agent.submit_approval(sent("apr_3"))
         digest = await digest_showing(world, ADA, "3 requests")
         assert [b["text"] for b in digest.buttons()] == ["✅ Approve all 3", "❌ Deny all 3"]
 
         question = await confirm(world, ADA, digest, ADA, "Approve all")
         assert "Approve these 3?" in question.text
-        world.agent.submit_approval(sent(world, "apr_4"))  # arrives during the confirmation
+        world.agent.submit_approval(sent("apr_4"))  # arrives during the confirmation
         await digest_showing(world, ADA, "4 requests")
         world.tap(ADA, question, ADA, "Yes")
         await world.agent.wait_for(lambda a: len(a.decisions) == 3)
@@ -84,7 +84,7 @@ async def test_digest_lists_a_version_and_the_batch_decides_exactly_it(tmp_path:
         assert set(decided) == {"apr_1", "apr_2", "apr_3"}
         for item_id, decision in decided.items():
             assert decision.decision == "approve" and decision.grant is None
-            assert decision.args_sha256 == args_sha256(sent(world, item_id)["arguments"])
+            assert decision.args_sha256 == args_sha256(sent(item_id)["arguments"])
         for item_id in decided:
             await world.wait_card(ADA, item_id, lambda m: "Approved by Ada" in m.text
                                   and not m.buttons())
@@ -98,7 +98,7 @@ async def test_digest_lists_a_version_and_the_batch_decides_exactly_it(tmp_path:
 async def test_secret_and_warning_items_are_left_out_and_said_so(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world, running_bot(world):
         await world.pair(ADA)
-        world.agent.submit_approval(sent(world, "apr_plain"))
+        world.agent.submit_approval(sent("apr_plain"))
         world.agent.submit_approval(approval("apr_secret", blocks={"v": 1, "blocks": [
             {"type": "field", "label": "Token", "value": SECRET, "value_type": "secret"}]}))
         world.agent.submit_approval(approval("apr_hidden",
@@ -126,8 +126,8 @@ async def test_only_the_tapper_confirms_and_cancel_decides_nothing(tmp_path: Pat
         config = chat_config(world, OPS_GROUP, approvers=[ADA, BOB])
         async with running_bot(world, config):
             await world.pair(OPS_GROUP)
-            world.agent.submit_approval(sent(world, "apr_a"))
-            world.agent.submit_approval(sent(world, "apr_b"))
+            world.agent.submit_approval(sent("apr_a"))
+            world.agent.submit_approval(sent("apr_b"))
             digest = await digest_showing(world, OPS_GROUP, "2 requests")
             question = await confirm(world, OPS_GROUP, digest, ADA, "Approve all")
             other = world.tap(OPS_GROUP, question, BOB, "Yes")
@@ -145,8 +145,8 @@ async def test_quorum_batch_is_one_vote_on_each(tmp_path: Path) -> None:
         async with running_bot(world, config):
             world.tg.send_text(OPS_GROUP, BOB, "/start")
             await world.pair(OPS_GROUP)
-            world.agent.submit_approval(sent(world, "apr_q1"))
-            world.agent.submit_approval(sent(world, "apr_q2"))
+            world.agent.submit_approval(sent("apr_q1"))
+            world.agent.submit_approval(sent("apr_q2"))
             digest = await digest_showing(world, OPS_GROUP, "2 requests")
             for item_id in ("apr_q1", "apr_q2"):
                 card = await world.wait_card(OPS_GROUP, item_id)
@@ -179,7 +179,7 @@ async def test_batch_off_shows_no_digest(tmp_path: Path) -> None:
         async with running_bot(world, config):
             await world.pair(ADA)
             for n in range(3):
-                world.agent.submit_approval(sent(world, f"apr_off{n}"))
+                world.agent.submit_approval(sent(f"apr_off{n}"))
             await world.wait_card(ADA, "apr_off2")
             await asyncio.sleep(0.5)
             assert digests(world.tg, ADA) == []
@@ -203,8 +203,8 @@ async def test_an_observer_cannot_start_a_batch(tmp_path: Path) -> None:
         config = chat_config(world, OPS_GROUP, approvers=[ADA])
         async with running_bot(world, config):
             await world.pair(OPS_GROUP)
-            world.agent.submit_approval(sent(world, "apr_o1"))
-            world.agent.submit_approval(sent(world, "apr_o2"))
+            world.agent.submit_approval(sent("apr_o1"))
+            world.agent.submit_approval(sent("apr_o2"))
             digest = await digest_showing(world, OPS_GROUP, "2 requests")
             answer = await world.answer_of(world.tap(OPS_GROUP, digest, BOB, "Approve all"))
             assert answer["show_alert"] is True and "not decide" in answer["text"]
@@ -228,7 +228,7 @@ def test_a_file_change_shows_its_line_counts_and_a_command_runs_as_shown() -> No
     item = parse_approval(approval("a", summary="Edit x", blocks={"v": 1, "blocks": [
         {"type": "field", "label": "Diff", "value": diff, "value_type": "diff"}]}))
     assert digest_line(item) == "Edit x (+2 −1)"
-    command = parse_approval(sent(None, "apr_c"))
+    command = parse_approval(sent("apr_c"))
     assert digest_line(command) == "make build ITEM=apr_c"
 
 

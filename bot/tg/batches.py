@@ -17,6 +17,7 @@ from telegram import CallbackQuery, Update
 from telegram.ext import ContextTypes
 
 from bot.bridge import BatchReport
+from bot.core.digest import DigestRow
 from bot.core.model import ItemRow
 from bot.core.policy import Action, Decided, Refusal, Tallied, may_decide
 from bot.errors import BotApiError, PayloadError
@@ -93,49 +94,57 @@ class Batches(HandlerGroup):
             await self._answer_query(query, self._renderer.text("alert_unknown_card"),
                                      alert=True)
             return
-        listed = self._view.digests.items(digest.digest_id, press.version)
         if press.user_id is not None and press.user_id != query.from_user.id:
             await self._answer_query(query, "Only the person who tapped can confirm.",
                                      alert=True)
-            return
-        agent = self._view.agents.peer(digest.agent_id)
-        agent_name = agent.name if agent else digest.agent_id[:8]
-        batchable = [i for i in listed if (row := self._view.items.get(digest.agent_id, i))
-                     is not None and row.state == "open" and exclusion(row) is None]
-        if press.step in "ad" and not may_decide(
-                query.from_user.id, await self._approvers.for_decision(message.chat.id,
-                                                                       {query.from_user.id})):
-            self._bridge.record_refused_tap(message.chat.id, self._person(query.from_user),
-                                            "batch", Refusal.NOT_APPROVER)
-            await self._answer_query(query, self._renderer.text(
-                "alert_refused", reason=Refusal.NOT_APPROVER.value,
-                approvers=await self._approvers.names(message.chat.id)), alert=True)
-            return
-        if press.step in "ad":
-            await self._ask(query, digest.token, press, len(batchable), agent_name,
-                            message.chat.id, digest.topic_id)
-            return
-        if press.step == "c":
+        elif press.step in "ad":
+            await self._start(query, digest, press)
+        elif press.step == "c":
             await self._finish(query, "batch_done", cancelled=True, decision="", decided=0,
                                voted=0, skipped=0)
+        else:
+            await self._decide(query, digest, press)
+
+    async def _start(self, query: CallbackQuery, digest: DigestRow, press: BatchPress) -> None:
+        """"Approve all" or "Deny all": an approver is asked to confirm."""
+        chat_id = digest.chat_id
+        if not may_decide(query.from_user.id,
+                          await self._approvers.for_decision(chat_id, {query.from_user.id})):
+            self._bridge.record_refused_tap(chat_id, self._person(query.from_user), "batch",
+                                            Refusal.NOT_APPROVER)
+            await self._answer_query(query, self._renderer.text(
+                "alert_refused", reason=Refusal.NOT_APPROVER.value,
+                approvers=await self._approvers.names(chat_id)), alert=True)
             return
+        listed = self._view.digests.items(digest.digest_id, press.version)
+        batchable = [i for i in listed if (row := self._view.items.get(digest.agent_id, i))
+                     is not None and row.state == "open" and exclusion(row) is None]
+        agent = self._view.agents.peer(digest.agent_id)
+        await self._ask(query, digest.token, press, len(batchable),
+                        agent.name if agent else digest.agent_id[:8], chat_id,
+                        digest.topic_id)
+
+    async def _decide(self, query: CallbackQuery, digest: DigestRow, press: BatchPress) -> None:
+        """A confirmation: the items of the version tapped, one tap each."""
+        chat_id = digest.chat_id
+        listed = self._view.digests.items(digest.digest_id, press.version)
         left = {i for i in listed if (row := self._view.items.get(digest.agent_id, i))
                 is not None and exclusion(row) is not None}
         # As for one tap: a stale list is checked for the tapper and whoever voted already.
-        voters = {v.user_id for _item, card in self._view.items.open_in_chat(message.chat.id)
+        voters = {v.user_id for _item, card in self._view.items.open_in_chat(chat_id)
                   if card.item_id in listed and card.agent_id == digest.agent_id
                   for v in self._view.cards.votes(card.card_id)}
+        action = _ACTIONS[press.step]
         report = self._bridge.batch(
-            press.token, press.version, _ACTIONS[press.step], chat_id=message.chat.id,
+            press.token, press.version, action, chat_id=chat_id,
             tapper=self._person(query.from_user),
-            approvers=await self._approvers.for_decision(message.chat.id,
+            approvers=await self._approvers.for_decision(chat_id,
                                                          {query.from_user.id, *voters}),
             left_out=left,
         )
         self._act_on(report.changes)
-        log.info("batch %s by user %s in chat %s on %d item(s): %s",
-                 _ACTIONS[press.step].name.lower(), query.from_user.id, message.chat.id,
-                 len(listed), _summary(report))
+        log.info("batch %s by user %s in chat %s on %d item(s): %s", action.name.lower(),
+                 query.from_user.id, chat_id, len(listed), _summary(report))
         if report.refusal is not None:
             await self._answer_query(query, self._renderer.text("alert_unknown_card"),
                                      alert=True)
@@ -143,8 +152,7 @@ class Batches(HandlerGroup):
         decided = sum(isinstance(t.result, Decided) for t in report.taps)
         voted = sum(isinstance(t.result, Tallied) for t in report.taps)
         await self._finish(query, "batch_done", cancelled=False,
-                           decision=_ACTIONS[press.step].name.lower(),
-                           decided=decided, voted=voted,
+                           decision=action.name.lower(), decided=decided, voted=voted,
                            skipped=len(report.skipped) + len(report.taps) - decided - voted)
 
     async def _ask(self, query: CallbackQuery, token: str, press: BatchPress, count: int,
