@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from bot.bridge.base import NOTHING, BridgeBase, Changes, new_token
+from bot.bridge.base import NOTHING, REDRAW, BridgeBase, Changes, new_token
 from bot.bridge.decisions import Decisions, TapReport
 from bot.core.digest import wanted_items
 from bot.core.policy import Action, Refusal
@@ -37,26 +37,27 @@ class DigestKeeping(Decisions, BridgeBase):
         for chat_id, agent_id, topic_id, item_id in self._store.digests.waiting():
             wanted.setdefault((chat_id, agent_id), []).append(item_id)
             topics.setdefault((chat_id, agent_id), topic_id)
-        changed = False
-        with self._store.transaction(durable=False):
-            for known in self._store.digests.all():
-                wanted.setdefault((known.chat_id, known.agent_id), [])
-            for (chat_id, agent_id), open_items in wanted.items():
-                items = wanted_items(open_items, batch=self.policy(chat_id).batch)
+        for known in self._store.digests.all():
+            wanted.setdefault((known.chat_id, known.agent_id), [])
+        news: list[tuple[int, str, tuple[str, ...]]] = []
+        for (chat_id, agent_id), open_items in wanted.items():
+            items = wanted_items(open_items, batch=self.policy(chat_id).batch)
+            digest = self._store.digests.of(chat_id, agent_id)
+            if (digest is None and items) or (digest is not None and items != (
+                    self._store.digests.items(digest.digest_id, digest.version))):
+                news.append((chat_id, agent_id, items))
+        if not news:
+            return NOTHING
+        # Durable: a version number must never come back listing other items after a crash
+        # (a button of the lost version would then decide what its tapper never saw).
+        with self._store.transaction():
+            for chat_id, agent_id, items in news:
                 digest = self._store.digests.of(chat_id, agent_id)
-                if digest is None:
-                    if not items:
-                        continue
-                    digest_id = self._store.digests.add(chat_id, agent_id,
-                                                        topics.get((chat_id, agent_id)),
-                                                        new_token())
-                elif self._store.digests.items(digest.digest_id, digest.version) == items:
-                    continue
-                else:
-                    digest_id = digest.digest_id
+                digest_id = digest.digest_id if digest is not None else \
+                    self._store.digests.add(chat_id, agent_id, topics.get((chat_id, agent_id)),
+                                            new_token())
                 self._store.digests.add_version(digest_id, items)
-                changed = True
-        return Changes(cards=changed)
+        return REDRAW
 
     def digest_posted(self, digest_id: int, message_id: int | None) -> None:
         """The digest's message is ``message_id`` now (None: removed)."""
