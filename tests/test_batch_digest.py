@@ -58,7 +58,9 @@ def sent(item_id: str) -> dict[str, Any]:
                     blocks={"v": 1, "blocks": [{"type": "field", "label": "Command",
                                                 "value": f"make build ITEM={item_id}",
                                                 "value_type": "command"}]},
-                    arguments={"command": f"make build ITEM={item_id}"})
+                    arguments={"command": f"make build ITEM={item_id}"},
+                    grant_offer={"key": "session-1:Bash:make build", "label": "`make build`",
+                                 "max_minutes": 60})
 
 
 async def test_digest_lists_a_version_and_the_batch_decides_exactly_it(tmp_path: Path) -> None:
@@ -73,6 +75,7 @@ async def test_digest_lists_a_version_and_the_batch_decides_exactly_it(tmp_path:
         world.agent.submit_approval(sent("apr_3"))
         digest = await digest_showing(world, ADA, "3 requests")
         assert [b["text"] for b in digest.buttons()] == ["✅ Approve all 3", "❌ Deny all 3"]
+        assert "Approve + " in str(world.card(ADA, "apr_1").buttons())  # a batch never grants
 
         question = await confirm(world, ADA, digest, ADA, "Approve all")
         assert "Approve these 3?" in question.text
