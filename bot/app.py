@@ -31,6 +31,7 @@ from bot.statedir import ensure_state_dir
 from bot.store import Store
 from bot.supervisor import Supervisor
 from bot.tg.approvers import ApproverLookup
+from bot.tg.digests import DigestWorker
 from bot.tg.gateway import Gateway
 from bot.tg.handlers import Handlers
 from bot.tg.notes import NoteWorker
@@ -72,12 +73,14 @@ class Redraw:
     timers: Timers
     changed: asyncio.Event
     notes: NoteWorker
+    digests: DigestWorker
 
     def __call__(self, changes: Changes) -> None:
         if changes.cards:
             self.worker.wake()
             self.timers.wake()
             self.notes.wake()
+            self.digests.wake()
             self.changed.set()
 
 
@@ -171,8 +174,10 @@ class Bot:
                         clock=self._clock)
         notes = NoteWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
                            clock=self._clock)
+        digests = DigestWorker(bridge=bridge, gateway=gateway, renderer=renderer,
+                               turns=worker.turns, clock=self._clock)
         changed = asyncio.Event()
-        redraw = Redraw(worker, timers, changed, notes)
+        redraw = Redraw(worker, timers, changed, notes, digests)
         pool = RelayPool(bridge, after=redraw, **self._relay_options)
         handlers = Handlers(
             bridge=bridge, renderer=renderer, gateway=gateway, config=config,
@@ -194,6 +199,7 @@ class Bot:
         running.supervisor.start("card worker", worker.run)
         running.supervisor.start("timers", timers.run)
         running.supervisor.start("note worker", notes.run)
+        running.supervisor.start("digest worker", digests.run)
         running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
         running.supervisor.start("checkpoints", lambda: _checkpoints(store))
         # The supervised tasks stop before the card worker lets its chats finish: its own

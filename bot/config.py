@@ -49,6 +49,8 @@ class ChatConfig:
     """Whether approvals may come with a grant; ``None``: on in private chats only."""
     grant_minutes: int = DEFAULT_GRANT_MINUTES
     timezone: str | None = None
+    batch: bool = True
+    """Whether one agent's waiting approvals are gathered in a digest with "Approve all"."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class ChatPolicy:
     grant_minutes: int = DEFAULT_GRANT_MINUTES
     timezone: str = "UTC"
     """The IANA zone the chat's times are shown in."""
+    batch: bool = True
+    """Whether a digest gathers one agent's waiting approvals (``batch = "on"``)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ class Config:
             grants=grants and chat.required_approvals <= 1,
             grant_minutes=chat.grant_minutes,
             timezone=chat.timezone or self.timezone,
+            batch=chat.batch,
         )
 
 
@@ -317,7 +322,7 @@ def _chat(entry: object, where: str) -> ChatConfig:
         raise ConfigError(f"{where}: must be a table")
     _only_keys(entry, f"{where}.",
                {"id", "approvers", "required_approvals", "secrets", "topic", "timezone",
-                "grants", "grant_minutes"})
+                "grants", "grant_minutes", "batch"})
     chat_id = entry.get("id")
     if isinstance(chat_id, bool) or not isinstance(chat_id, int):
         raise ConfigError(f"{where}.id: must be a Telegram chat id (an integer)")
@@ -353,7 +358,16 @@ def _chat(entry: object, where: str) -> ChatConfig:
         grants=grants,
         grant_minutes=grant_minutes,
         timezone=_timezone(entry, f"{where}.timezone"),
+        batch=_batch(entry, where),
     )
+
+
+def _batch(entry: Mapping[str, Any], where: str) -> bool:
+    """A chat's ``batch`` ("on", the default, or "off")."""
+    raw = entry.get("batch", "on")
+    if raw not in ("on", "off"):
+        raise ConfigError(f"{where}.batch: must be \"on\" or \"off\", got {raw!r}")
+    return bool(raw == "on")
 
 
 def _grants(entry: Mapping[str, Any], where: str, required: int) -> tuple[bool | None, int]:

@@ -307,3 +307,40 @@ async def test_render_with_a_wrong_key_is_refused(capsys: pytest.CaptureFixture[
     assert "refused its key" in capsys.readouterr().err
     assert not tg.bot_messages(1001)
 
+
+
+async def test_the_page_shows_the_digest_and_its_batch(playground: tuple[str, str, Output]
+                                                       ) -> None:
+    url, key, _out = playground
+    feed = Feed()
+
+    def digest() -> list[dict[str, Any]]:
+        return [m for (chat, _), m in sorted(feed.messages.items()) if chat == YOU
+                and "are waiting" in m.get("text", "") and "reply_markup" in m]
+
+    def confirmation() -> list[dict[str, Any]]:
+        return [m for (chat, _), m in sorted(feed.messages.items()) if chat == YOU
+                and " these " in m.get("text", "") and "reply_markup" in m]
+
+    async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        assert (await client.get(f"{url}?key={key}")).status_code == 200
+        follower = asyncio.create_task(feed.follow(client, url))
+        try:
+            await feed.until(lambda: bool(digest()))
+            shown = digest()[-1]
+            assert "holds a secret" in shown["text"]
+            tapped = await client.post(f"{url}playground/tap", json={
+                "chat_id": YOU, "message_id": shown["message_id"], "user_id": YOU,
+                "data": _button(shown, "Deny all")})
+            assert tapped.json()["ok"] is True
+            await feed.until(lambda: bool(confirmation()))
+            question = confirmation()[-1]
+            await client.post(f"{url}playground/tap", json={
+                "chat_id": YOU, "message_id": question["message_id"], "user_id": YOU,
+                "data": _button(question, "Yes")})
+            await feed.until(lambda: any("denied" in m.get("text", "")
+                                         for m in feed.messages.values()))
+            await feed.until(lambda: any("Denied by" in c["text"] for c in feed.cards(YOU)))
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)

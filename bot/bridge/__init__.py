@@ -11,8 +11,9 @@ relay.
 One module per job, over :mod:`bot.bridge.base` (the shared vocabulary):
 :mod:`~bot.bridge.intake` (deliveries opened and batched, :mod:`~bot.bridge.batch`),
 :mod:`~bot.bridge.applying` (agents' payloads applied), :mod:`~bot.bridge.decisions`
-(taps, decisions and grants), :mod:`~bot.bridge.pairing` and
-:mod:`~bot.bridge.bookkeeping` (what Telegram reported and showed).
+(taps, decisions and grants), :mod:`~bot.bridge.digests` (digests, batch taps),
+:mod:`~bot.bridge.pairing` and :mod:`~bot.bridge.bookkeeping` (what Telegram reported
+and showed).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bot.bridge.decisions import (
     TapReport,
     wait_until_revoked,
 )
+from bot.bridge.digests import BatchReport, DigestKeeping
 from bot.bridge.intake import OFF_LOOP_BYTES, Intake
 from bot.bridge.pairing import PAIRING_TIMEOUT_S, Pairings, wait_until_paired
 
@@ -34,6 +36,7 @@ __all__ = [
     "PAIRING_TIMEOUT_S",
     "REPLAY_PRUNE_EVERY_MS",
     "REVOKE_CONFIRM_S",
+    "BatchReport",
     "Bridge",
     "Changes",
     "RevokeReport",
@@ -43,6 +46,6 @@ __all__ = [
 ]
 
 
-class Bridge(Intake, Decisions, Pairings, Bookkeeping):
+class Bridge(Intake, DigestKeeping, Decisions, Pairings, Bookkeeping):
     """Applies agents' envelopes, people's decisions and what Telegram reported to the
     store: the one writer of the bot's state."""

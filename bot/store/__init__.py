@@ -18,6 +18,7 @@ from bot.store.audit import Audit
 from bot.store.cards import Cards
 from bot.store.chats import Chats
 from bot.store.db import SCHEMA_VERSION, Database
+from bot.store.digests import Digests
 from bot.store.grants import Grants
 from bot.store.items import Items
 from bot.store.outbox import Outbox
@@ -41,6 +42,7 @@ class Store:
         self.chats = Chats(db)
         self.grants = Grants(db)
         self.updates = Updates(db)
+        self.digests = Digests(db)
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -77,7 +79,7 @@ class Store:
 
     def view(self) -> StoreView:
         return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
-                         self.chats, self.grants)
+                         self.chats, self.grants, self.digests)
 
 
 _PROVIDED: type[StateStore] = Store

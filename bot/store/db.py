@@ -246,6 +246,27 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
     # Every table is made only if missing: a file from before versioned migrations holds
     # them already, with its version in a ``meta`` table that this step drops.
     (*_SCHEMA, "DROP TABLE IF EXISTS meta"),
+    # Digests of waiting approvals, and each version of the list one showed.
+    (
+        """CREATE TABLE digests (
+            digest_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            chat_id INTEGER NOT NULL,
+            agent_id TEXT NOT NULL,
+            topic_id INTEGER,
+            token TEXT NOT NULL UNIQUE,
+            version INTEGER NOT NULL DEFAULT 0,
+            message_id INTEGER,
+            dirty INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (chat_id, agent_id)
+        )""",
+        """CREATE TABLE digest_items (
+            digest_id INTEGER NOT NULL,
+            version INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            item_id TEXT NOT NULL,
+            PRIMARY KEY (digest_id, version, seq)
+        )""",
+    ),
 )
 """The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)

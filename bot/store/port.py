@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from bot.core.digest import DigestRow
 from bot.core.grants import ActivityRow, GrantedRow, GrantRow, NoteKind, NoteRow
 from bot.core.model import (
     AuditRow,
@@ -251,6 +252,28 @@ class UpdatesWriter(Protocol):
     def prune(self) -> None: ...
 
 
+class DigestsReader(Protocol):
+    """What the Telegram side reads of digests."""
+
+    def of(self, chat_id: int, agent_id: str) -> DigestRow | None: ...
+    def by_token(self, token: str) -> DigestRow | None: ...
+    def get(self, digest_id: int) -> DigestRow | None: ...
+    def all(self) -> list[DigestRow]: ...
+    def dirty(self) -> list[DigestRow]: ...
+    def waiting(self) -> list[tuple[int, str, int | None, str]]: ...
+    def items(self, digest_id: int, version: int) -> tuple[str, ...]: ...
+
+
+class DigestsWriter(DigestsReader, Protocol):
+    """Digests as the bridge writes them."""
+
+    def add(self, chat_id: int, agent_id: str, topic_id: int | None, token: str) -> int: ...
+    def add_version(self, digest_id: int, items: tuple[str, ...]) -> int: ...
+    def mark(self, digest_id: int) -> None: ...
+    def posted(self, digest_id: int, message_id: int | None) -> None: ...
+    def clean(self, digest_id: int, generation: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class StoreView:
     """The bot's state, read-only."""
@@ -262,6 +285,7 @@ class StoreView:
     audit: AuditReader
     chats: ChatsReader
     grants: GrantsReader
+    digests: DigestsReader
 
 
 class StateStore(Protocol):
@@ -283,6 +307,8 @@ class StateStore(Protocol):
     def grants(self) -> GrantsWriter: ...
     @property
     def updates(self) -> UpdatesWriter: ...
+    @property
+    def digests(self) -> DigestsWriter: ...
 
     def transaction(self, *, durable: bool = True) -> AbstractContextManager[None]:
         """Run the block in one transaction (nested calls join the outer one). A commit that

@@ -127,6 +127,10 @@ class Gateway:
 
         await self._with_fallback(chat_id, html, plain, attempt)
 
+    async def delete(self, chat_id: int, message_id: int) -> None:
+        """Delete a message of the bot's."""
+        await self._call(chat_id, lambda: self.bot.delete_message(chat_id, message_id))
+
     async def send_document(
         self,
         chat_id: int,

@@ -35,6 +35,7 @@ from bot.relay.client import RelayStatus
 from bot.render import Renderer
 from bot.tg.answers import TapAnswers
 from bot.tg.approvers import ApproverLookup
+from bot.tg.batches import BATCH_PATTERN, Batches
 from bot.tg.commands import Commands
 from bot.tg.gateway import Gateway
 from bot.tg.lifecycle import Lifecycle
@@ -73,6 +74,7 @@ class Handlers(HandlerGroup):
         answers = TapAnswers(wiring)
         self.prompts = Prompts(wiring, answers)
         self.taps = Taps(wiring, answers, self.prompts)
+        self.batches = Batches(wiring)
         self.commands = Commands(wiring)
         self.pairing = Pairing(wiring)
         self.lifecycle = Lifecycle(wiring)
@@ -93,6 +95,8 @@ class Handlers(HandlerGroup):
         ]
         for name, callback, block in named:
             application.add_handler(CommandHandler(name, self._guarded(callback), block=block))
+        application.add_handler(CallbackQueryHandler(self._guarded(self.batches.tap),
+                                                     pattern=BATCH_PATTERN))
         application.add_handler(CallbackQueryHandler(self._guarded(self.taps.tap)))
         application.add_handler(
             MessageHandler(filters.StatusUpdate.MIGRATE, self._guarded(self.lifecycle.migrated))
