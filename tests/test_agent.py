@@ -333,6 +333,17 @@ async def test_an_edited_approval_is_taken(agent: Agent, device: Device) -> None
     assert entry["edited"] is True  # the wire entry says it was edited
 
 
+async def test_an_edit_that_changes_nothing_is_a_plain_approval(
+    agent: Agent, device: Device
+) -> None:
+    agent.submit_approval({**APPROVAL, "editable": ["body"]})
+    device.send(agent.identity.card, edited_decision("apr_1", dict(ARGUMENTS)))
+    await agent.wait_for(lambda a: len(a.decisions) == 1)
+    assert agent.refused == []
+    (entry,) = agent.inbox()["resolved"]  # type: ignore[misc]
+    assert "edited" not in entry
+
+
 @pytest.mark.parametrize(
     ("editable", "edited", "why"),
     [

@@ -320,8 +320,8 @@ class Agent:
         if refused is not None:
             self._refuse(f"decision {decision.decision_id}: {refused}")
         outcome = "approved" if decision.decision == "approve" else "denied"
-        self.resolve(decision.approval_id, outcome, by=decision.decided_by.name,
-                     edited=decision.arguments is not None)
+        edited = decision.arguments is not None and decision.edited_sha256 != decision.args_sha256
+        self.resolve(decision.approval_id, outcome, by=decision.decided_by.name, edited=edited)
 
     def _answer(self, device_id: str, answer: ClarificationAnswer) -> None:
         if answer.answer_id in self._seen_ids:
