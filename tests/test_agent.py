@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 import pytest
 from conftest import eventually
@@ -311,3 +312,54 @@ async def test_send_raw_and_strangers(relay: RelayServer, agent: Agent, device: 
     await agent.wait_for(lambda a: len(a.refused) == 1)
     assert "unknown_sender" in agent.refused[0]
     await stranger.close()
+
+
+def edited_decision(approval_id: str, arguments: dict[str, object]) -> ApprovalDecision:
+    """An approve of ``ARGUMENTS`` as shown, with ``arguments`` as edited (§3.3)."""
+    return replace(decision(approval_id, ARGUMENTS), arguments=arguments,
+                   edited_sha256=args_sha256(arguments))
+
+
+async def test_an_edited_approval_is_taken(agent: Agent, device: Device) -> None:
+    agent.submit_approval({**APPROVAL, "editable": ["body"]})
+    edited = {**ARGUMENTS, "body": "Numbers attached, rounded."}
+    device.send(agent.identity.card, edited_decision("apr_1", edited))
+    await agent.wait_for(lambda a: len(a.decisions) == 1)
+    assert agent.refused == []
+    assert agent.decisions[0].arguments == edited
+    resolved = await device.latest_update(lambda u: bool(u.resolved))
+    assert [(r.id, r.outcome) for r in resolved.resolved] == [("apr_1", "approved")]
+    (entry,) = agent.inbox()["resolved"]  # type: ignore[misc]
+    assert entry["edited"] is True  # the wire entry says it was edited
+
+
+async def test_an_edit_that_changes_nothing_is_a_plain_approval(
+    agent: Agent, device: Device
+) -> None:
+    agent.submit_approval({**APPROVAL, "editable": ["body"]})
+    device.send(agent.identity.card, edited_decision("apr_1", dict(ARGUMENTS)))
+    await agent.wait_for(lambda a: len(a.decisions) == 1)
+    assert agent.refused == []
+    (entry,) = agent.inbox()["resolved"]  # type: ignore[misc]
+    assert "edited" not in entry
+
+
+@pytest.mark.parametrize(
+    ("editable", "edited", "why"),
+    [
+        ([], {**ARGUMENTS, "body": "x"}, "lists no editable keys"),
+        (["body"], {**ARGUMENTS, "to": "eve@mail.com"}, "'to' is not editable"),
+        (["body"], {**ARGUMENTS, "body": 7}, "changed its type"),
+        (["body"], {**ARGUMENTS, "body": "x", "cc": "eve@mail.com"}, "add or remove a key"),
+        (["body"], {**ARGUMENTS, "body": "x\u202e"}, "invisible or control character"),
+    ],
+)
+async def test_a_bad_edit_is_refused_and_the_approval_stays_open(
+    agent: Agent, device: Device, editable: list[str], edited: dict[str, object], why: str
+) -> None:
+    agent.submit_approval({**APPROVAL, "editable": editable} if editable else APPROVAL)
+    device.send(agent.identity.card, edited_decision("apr_1", edited))
+    await agent.wait_for(lambda a: len(a.refused) == 1)
+    assert why in agent.refused[0]
+    assert agent.decisions == []
+    assert [item["id"] for item in agent.inbox()["approvals"]] == ["apr_1"]  # type: ignore[attr-defined]

@@ -81,7 +81,8 @@ SHELL_IMPORTERS = {
     # The bridge writes the store; the process wires it, the command line opens it to read.
     "bot.store": {"bot.store", "bot.bridge", "bot.app", "bot.cli", "bot.doctor"},
     "bot.testing": {"bot.testing", "bot.demo", "bot.demo_agent", "bot.playground", "bot.cli"},
-    "bot.agenthost": {"bot.agenthost", "bot.integrations", "bot.cli"},
+    # The test agent checks an edit by the agent host's pure rules (bot.agenthost.edits).
+    "bot.agenthost": {"bot.agenthost", "bot.integrations", "bot.cli", "bot.testing.agent"},
 }
 """Packages that only the listed ones may import (tests and benchmarks are outside)."""
 

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from bot.agenthost.edits import edit_refusal
 from bot.clock import SYSTEM_CLOCK, Clock, from_ms
 from bot.errors import EnvelopeRefused, ProtocolError
 from bot.protocol.encoding import args_sha256, format_rfc3339
@@ -190,9 +191,12 @@ class Agent:
         if self.notifications:
             self._notify(item_id, "clarification", str(clarification.get("question", "")))
 
-    def resolve(self, item_id: str, outcome: str, by: str | None = None) -> bool:
-        """Remove an item, list it as resolved with ``outcome`` and push the inbox;
-        ``False`` when no such item is open."""
+    def resolve(
+        self, item_id: str, outcome: str, by: str | None = None, *, edited: bool = False
+    ) -> bool:
+        """Remove an item, list it as resolved with ``outcome`` (and ``"edited": true``
+        when a person approved it edited) and push the inbox; ``False`` when no such item
+        is open."""
         if self._approvals.pop(item_id, None) is None and (
             self._clarifications.pop(item_id, None) is None
         ):
@@ -200,6 +204,8 @@ class Agent:
         entry: dict[str, object] = {"id": item_id, "outcome": outcome, "at": self._now_text()}
         if by is not None:
             entry["by"] = by
+        if edited:
+            entry["edited"] = True
         self._resolved = [*self._resolved, entry][-MAX_RESOLVED:]
         self._changed_inbox()
         return True
@@ -304,16 +310,18 @@ class Agent:
             self._refuse(f"decision {decision.decision_id}: args_sha256 does not match")
             return
         if decision.arguments is not None:
-            self._refuse(f"decision {decision.decision_id}: edited arguments, and the "
-                         "approval lists no editable keys")
-            return
+            why = _edit_refusal(approval, decision)
+            if why is not None:
+                self._refuse(f"decision {decision.decision_id}: {why}")
+                return
         self._seen_ids.add(decision.decision_id)
         self.decisions.append(decision)
         refused = self._grants.give(approval, decision)
         if refused is not None:
             self._refuse(f"decision {decision.decision_id}: {refused}")
         outcome = "approved" if decision.decision == "approve" else "denied"
-        self.resolve(decision.approval_id, outcome, by=decision.decided_by.name)
+        edited = decision.arguments is not None and decision.edited_sha256 != decision.args_sha256
+        self.resolve(decision.approval_id, outcome, by=decision.decided_by.name, edited=edited)
 
     def _answer(self, device_id: str, answer: ClarificationAnswer) -> None:
         if answer.answer_id in self._seen_ids:
@@ -336,6 +344,21 @@ HANDLERS: Final[dict[type, Callable[[Agent, str, Any], None]]] = {
 }
 """The payload types the agent takes from a device (by the sender's id), each with its
 handler."""
+
+
+def _edit_refusal(approval: dict[str, object], decision: ApprovalDecision) -> str | None:
+    """Why the edited arguments of ``decision`` are refused (§3.3), or ``None``. The
+    payload's parsing has already bound ``edited_sha256`` to them and kept them off a deny
+    and a grant."""
+    editable = approval.get("editable")
+    if not isinstance(editable, list) or not editable:
+        return "edited arguments, and the approval lists no editable keys"
+    original = approval.get("arguments")
+    edited = decision.arguments
+    if not isinstance(original, dict) or not isinstance(edited, dict):
+        return "edited arguments, and the approval's arguments are no object"
+    why = edit_refusal(original, [str(key) for key in editable], edited)
+    return None if why is None else f"a bad edit: {why}"
 
 
 def _item_id(item: dict[str, object]) -> str:
