@@ -101,7 +101,6 @@ class Taps(HandlerGroup):
                  "confirmed" if confirmed else "sent, not confirmed yet")
 
 
-
 def _result_name(report: TapReport) -> str:
     result = report.result
     if isinstance(result, Refused):
