@@ -31,6 +31,7 @@ from bot.render.digest import digest_line
 from bot.tg.batches import digest_keyboard, exclusion
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import Keyboard
+from bot.tg.notes import shown
 from bot.tg.ratelimit import CARD, ChatTurns
 
 log = logging.getLogger(__name__)
@@ -75,19 +76,8 @@ class DigestWorker:
             await self._clock.wait(self._wake, RETRY_DELAY_S if failed else LOOK_AGAIN_S)
 
     async def _attempt(self, digest: DigestRow) -> bool:
-        try:
-            await self._show(digest)
-        except Throttled as exc:
-            await self._clock.sleep(exc.retry_after)
-            return False
-        except ChatUnavailable as exc:
-            log.warning("stopped posting in chat %s: %s", digest.chat_id, exc)
-            self._bridge.chat_unavailable(digest.chat_id)
-        except SkaldError as exc:
-            log.warning("could not update digest %s in chat %s: %s", digest.digest_id,
-                        digest.chat_id, exc)
-            return False
-        return True
+        return await shown(self._show(digest), f"digest {digest.digest_id}", digest.chat_id,
+                           self._bridge, self._clock)
 
     async def _show(self, digest: DigestRow) -> None:
         items = self._view.digests.items(digest.digest_id, digest.version)

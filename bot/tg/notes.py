@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
@@ -74,19 +75,8 @@ class NoteWorker:
 
     async def _attempt(self, note: NoteRow) -> bool:
         """Show one note; False when it must be tried again later."""
-        try:
-            await self._show(note)
-        except Throttled as exc:
-            await self._clock.sleep(exc.retry_after)
-            return False
-        except ChatUnavailable as exc:
-            log.warning("stopped posting in chat %s: %s", note.chat_id, exc)
-            self._bridge.chat_unavailable(note.chat_id)
-        except SkaldError as exc:
-            log.warning("could not update note %s in chat %s: %s", note.note_id, note.chat_id,
-                        exc)
-            return False
-        return True
+        return await shown(self._show(note), f"note {note.note_id}", note.chat_id,
+                           self._bridge, self._clock)
 
     async def _show(self, note: NoteRow) -> None:
         sent = self._unrecorded.get(note.note_id)
@@ -191,3 +181,22 @@ class NoteWorker:
     def _agent_name(self, agent_id: str) -> str:
         peer = self._view.agents.peer(agent_id)
         return peer.name if peer else agent_id[:8]
+
+
+async def shown(showing: Awaitable[None], what: str, chat_id: int, bridge: Bridge,
+                clock: Clock) -> bool:
+    """Await ``showing`` (a message of the bot's kept up to date in ``chat_id``); False when
+    it must be tried again later: Telegram throttled the bot (waited out here) or refused
+    for a reason that may pass. A chat the bot may no longer post in is recorded as such."""
+    try:
+        await showing
+    except Throttled as exc:
+        await clock.sleep(exc.retry_after)
+        return False
+    except ChatUnavailable as exc:
+        log.warning("stopped posting in chat %s: %s", chat_id, exc)
+        bridge.chat_unavailable(chat_id)
+    except SkaldError as exc:
+        log.warning("could not update %s in chat %s: %s", what, chat_id, exc)
+        return False
+    return True
