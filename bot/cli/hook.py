@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -139,8 +140,9 @@ def _change_settings(args: argparse.Namespace) -> int:
         lines = uninstall(agent, path)
     else:
         extra = []
-        if args.state:
-            extra += ["--state", str(Path(args.state).resolve())]
+        state = args.state or os.environ.get("SKALD_AGENT_STATE")
+        if state:  # the agent may start the hook without our environment: pin the folder
+            extra += ["--state", str(Path(state).expanduser().resolve())]
         if args.on_error != "deny":
             extra += ["--on-error", args.on_error]
         command = hook_command(_program(), args.agent, args.timeout, extra)
