@@ -12,7 +12,8 @@ def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
         "render", help="print the Telegram card(s) for a payload file")
     parser.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
-    parser.add_argument("--chat-type", choices=("private", "group"), default="private")
+    parser.add_argument("--chat-type", choices=("private", "group"), default="private",
+                        help="render the card as a private chat (default) or a group sees it")
     parser.add_argument("--templates", help="a folder of templates overriding the built-in ones")
     parser.add_argument("--playground", nargs="?", const=DEFAULT_URL, metavar="URL",
                         help="post the cards into a running playground (skald-telegram demo "
