@@ -10,7 +10,11 @@ from bot.playground import DEFAULT_URL, KEY_VARIABLE
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "render", help="print the Telegram card(s) for a payload file")
+        "render", help="print the Telegram card(s) for a payload file",
+        description="Print the Telegram card(s) a payload file becomes. Examples to start "
+                    "from: docs/examples/approval-diff.json (an approval with a diff), "
+                    "docs/examples/question.json (a question) and "
+                    "docs/examples/approval-secret.json (a command holding a secret).")
     parser.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
     parser.add_argument("--chat-type", choices=("private", "group"), default="private",
                         help="render the card as a private chat (default) or a group sees it")
