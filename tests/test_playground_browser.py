@@ -219,6 +219,14 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         # Reloaded, the page works from its cookie alone; a fresh browser without it does not.
         page.reload()
         expect(page.locator(".message", has_text="Formatting")).to_have_count(1)
+        # ... in the order the messages came, decided cards where they were, and the reason
+        # already sent is no reply in waiting.
+        expect(page.locator("a.document")).to_have_count(1)
+        ids = page.locator("#messages .message").evaluate_all(
+            "rows => rows.map(row => Number(row.dataset.messageId))")
+        assert len(ids) > 6 and ids == sorted(ids), ids
+        expect(page.locator("#replying")).to_be_hidden()
+
         stranger = browser.new_context()
         try:
             assert stranger.new_page().goto(url).status == 403
