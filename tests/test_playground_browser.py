@@ -227,6 +227,13 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         assert len(ids) > 6 and ids == sorted(ids), ids
         expect(page.locator("#replying")).to_be_hidden()
 
+        # Pairing an own agent host is one tap away, and says how.
+        expect(page.locator(".hint")).to_contain_text("/pair <link>")
+        page.locator("#who").select_option(label="Bob Builder")
+        page.get_by_role("button", name="Pair an agent").click()
+        expect(page.locator("#who")).to_have_value("1001")
+        expect(page.locator("#chat-title")).to_have_text("Skald Playground")
+        expect(page.locator("#input")).to_have_value("/pair ")
         stranger = browser.new_context()
         try:
             assert stranger.new_page().goto(url).status == 403

@@ -370,6 +370,19 @@ function clearReply() {
   $("input").placeholder = "Message";
 }
 
+// Pairing an own agent host: as Ada (an admin) in the private chat, "/pair <link>".
+function pairAgent() {
+  const admin = state.world.users[0];
+  if (admin) state.me = admin.id;
+  const own = state.world.chats.find((c) => c.type === "private" && c.members.includes(state.me));
+  if (own) state.chat = own.id;
+  renderWorld();
+  const input = $("input");
+  input.value = "/pair ";
+  input.focus();
+  toast("Paste the link `skald-telegram agent pair` printed, then send");
+}
+
 function toast(text) {
   const box = $("toast");
   box.textContent = text;
@@ -420,6 +433,7 @@ function wire() {
     }
   });
   $("replying-cancel").addEventListener("click", clearReply);
+  $("pair-agent").addEventListener("click", pairAgent);
   $("alert-ok").addEventListener("click", () => { $("alert").hidden = true; });
   connect();
 }
