@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from agenthost_world import HostWorld
@@ -12,6 +13,13 @@ from bot.playground.stub import StoredMessage
 SLOW_MACHINE_SECONDS = 30.0
 """How long a card may take to show: each one waits on process starts, which a busy
 machine slows down."""
+_BOT_COMMAND = re.compile(r"(?<![\w/<>])/(?=\w)")
+
+
+def titled(text: str) -> str:
+    """``text`` as a card's title shows it: a word joiner after each ``/`` that Telegram
+    would otherwise make a tappable bot command of."""
+    return _BOT_COMMAND.sub("/\u2060", text)
 
 
 async def card_showing(hw: HostWorld, needle: str,

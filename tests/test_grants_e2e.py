@@ -15,6 +15,7 @@ from typing import Any
 
 from agenthost_world import CLI, HostWorld, finished, host_world, run_cli
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from tapping import titled
 from world import ADA
 
 from bot.playground.stub import StoredMessage
@@ -140,7 +141,7 @@ async def test_a_grant_covers_nothing_that_could_do_more(tmp_path: Path) -> None
             ("git status -- https://ada:hunter2@example.com", None, False),
         ]:
             hook = await start_hook(hw, command, env=env)
-            card = await hw.world.wait_card(ADA, f"run: {mask_credentials(command)}\n")
+            card = await hw.world.wait_card(ADA, titled(f"run: {mask_credentials(command)}\n"))
             grants = [b["text"] for b in card.buttons() if "Approve +" in b["text"]]
             assert grants == (["✅ Approve + git status in this session for 30 min"]
                               if offered else []), command

@@ -142,3 +142,12 @@ def test_a_file_that_cannot_be_diffed_says_why_instead_of_looking_new(tmp_path: 
                                              "content": "text\n"})
     diff = blocks_by_label(describe(call, read_text_file).blocks)["Diff"]["value"]
     assert "-(" in diff and "/dev/null" not in diff
+
+
+def test_a_bearer_header_is_one_secret_row_and_its_repeated_token_stays_masked() -> None:
+    command = ("curl -H 'Authorization: Bearer sk-live-123456789' https://api.example.com "
+               "&& echo sk-live-123456789")
+    d = describe(ToolCall("Claude Code", "Bash", {"command": command}), no_file)
+    secrets = [b for b in d.blocks if b["value_type"] == "secret"]
+    assert secrets == [{"type": "key_value", "key": "Authorization",
+                        "value": "sk-live-123456789", "value_type": "secret"}]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthost_world import CLI, HostWorld, finished, host_world
-from tapping import SLOW_MACHINE_SECONDS, approve, card_showing, deny_with_reason
+from tapping import SLOW_MACHINE_SECONDS, approve, card_showing, deny_with_reason, titled
 from world import ADA
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hooks"
@@ -106,20 +106,20 @@ async def test_writes_and_edits_show_the_diff_against_the_file_on_disk(tmp_path:
         await hw.pair()
 
         hook = await start_hook(hw, "claude-code", "PreToolUse-Write", project=project)
-        card = await approve(hw, f"Claude Code wants to write {project}/app.py")
+        card = await approve(hw, titled(f"Claude Code wants to write {project}/app.py"))
         assert "+print('hello')" in card.text and "+print('world')" in card.text
         assert "--- /dev/null" in card.text
         assert (await answer_of(hook))[0] == 0
 
         hook = await start_hook(hw, "claude-code", "PreToolUse-Edit", project=project)
-        card = await approve(hw, f"Claude Code wants to edit {project}/config.py")
+        card = await approve(hw, titled(f"Claude Code wants to edit {project}/config.py"))
         assert "-DEBUG = True" in card.text and "+DEBUG = False" in card.text
         assert " HOST = 'localhost'" in card.text
         assert (await answer_of(hook))[0] == 0
 
         (project / "app.py").write_text("print('hello')\nprint('world')\n")
         hook = await start_hook(hw, "cursor", "preToolUse-Write", project=project)
-        card = await approve(hw, f"Cursor wants to write {project}/app.py")
+        card = await approve(hw, titled(f"Cursor wants to write {project}/app.py"))
         assert "-print('world')" in card.text and "+print('cursor')" in card.text
         assert " print('hello')" in card.text
         assert (await answer_of(hook))[1]["permission"] == "allow"
@@ -146,7 +146,7 @@ async def test_no_decision_in_time_and_a_host_that_dies_are_denies(tmp_path: Pat
                                  lambda m: m.buttons() == [])
 
         hook = await start_hook(hw, "gemini", "BeforeTool-write_file", "--timeout", "2")
-        await card_showing(hw, "Gemini CLI wants to write /work/project/notes.md")
+        await card_showing(hw, titled("Gemini CLI wants to write /work/project/notes.md"))
         hw.host.kill()
         code, answer = await answer_of(hook)
         assert (code, answer["decision"]) == (0, "deny")

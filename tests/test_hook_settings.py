@@ -243,3 +243,13 @@ def _stamp() -> str:
     from datetime import UTC, datetime
 
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def test_install_pins_the_agent_host_folder_named_by_the_environment(tmp_path: Path) -> None:
+    state = tmp_path / "elsewhere" / "agent"
+    env = {**os.environ, "HOME": str(tmp_path), "SKALD_AGENT_STATE": str(state)}
+    done = subprocess.run([sys.executable, "-m", "bot", "hook", "install", "gemini"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [entry] = read(tmp_path / ".gemini" / "settings.json")["hooks"]["BeforeTool"]
+    assert f"--state {state}" in entry["hooks"][0]["command"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
 
 from bot.integrations.gateway import shown_client_name
 from bot.integrations.policy import PolicyError, parse_policy
@@ -84,6 +85,18 @@ async def test_allow_forwards_deny_refuses_and_ask_fails_closed_without_a_host(
         assert text(asked).startswith("denied by skald-telegram: ")
         assert text(asked).endswith("; delete_note was not called")
     assert [call["tool"] for call in calls(record)] == ["read_note"]
+
+
+async def test_a_tool_the_upstream_does_not_have_is_refused_at_once(tmp_path: Path) -> None:
+    """Asked for by the policy, but unknown upstream: an MCP error naming it, before any
+    card is asked for (there is no host here: asking would fail differently)."""
+    async with gateway(tmp_path, "--timeout", "5") as session:
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("drop_everything", {"all": True})
+        assert str(refused.value) == ("unknown tool 'drop_everything': the upstream MCP "
+                                      "server 'notes' has no such tool; it was not called")
+        assert not (await session.call_tool("read_note", {"name": "a"})).is_error
+    assert calls(tmp_path / "calls.jsonl") == [{"tool": "read_note", "arguments": {"name": "a"}}]
 
 
 async def test_a_deny_catches_disguised_names_wherever_it_stands(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from bot import __version__
+
 
 def text(result: Any) -> str:
     return "".join(part.text for part in result.content)
@@ -20,9 +22,13 @@ async def test_the_tools_and_their_answers_without_a_host(tmp_path: Path) -> Non
         args=["-m", "bot", "mcp", "--state", str(tmp_path / "no-host")],
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+        started = await session.initialize()
+        assert started.server_info.version == __version__
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert sorted(tools) == ["ask_human", "request_approval"]
+        for tool in tools.values():
+            assert tool.description and not any(
+                line.startswith(" ") for line in tool.description.splitlines())
         schema = tools["request_approval"].input_schema
         assert sorted(schema["required"]) == ["summary", "tool"]
         assert {"arguments", "blocks", "timeout"} <= set(schema["properties"])

@@ -33,10 +33,11 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-async def _start(tmp_path: Path, *flags: str, env: dict[str, str]) -> tuple[Any, list[str]]:
+async def _start(tmp_path: Path, *flags: str, env: dict[str, str],
+                 state: bool = True) -> tuple[Any, list[str]]:
+    where = ["--state", str(tmp_path / "state")] if state else []
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "demo", "--no-browser", "--port", "0",
-        "--state", str(tmp_path / "state"), *flags,
+        sys.executable, "-m", "bot", "demo", "--no-browser", "--port", "0", *where, *flags,
         env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert process.stdout is not None
@@ -92,6 +93,40 @@ async def test_playground_flag_wins_over_a_token(tmp_path: Path) -> None:
     await asyncio.wait_for(process.communicate(), TIMEOUT)
     assert "PLAYGROUND" in lines[0]
     assert "REAL-token" not in "".join(lines)
+
+
+async def _run_once(tmp_path: Path, *flags: str) -> tuple[str, str, bytes]:
+    """Start the playground with its default state folder under ``tmp_path``, stop it:
+    its relay URL, the bot's token file's text and the bot's identity file's bytes."""
+    process, lines = await _start(tmp_path, *flags, state=False,
+                                  env=_env(XDG_STATE_HOME=str(tmp_path / "xdg")))
+    try:
+        return _kept_identity("".join(lines))
+    finally:
+        process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.communicate(), TIMEOUT)
+
+
+def _kept_identity(text: str) -> tuple[str, str, bytes]:
+    relay = re.search(r"Relay: (ws://127\.0\.0\.1:\d+\S*)\. ", text)
+    token_file = re.search(r"in (/\S+/bot-token) \(readable by you only\)", text)
+    state = re.search(r"State: (/\S+) \(", text)
+    assert relay and token_file and state, text
+    assert f"agent serve --relay {relay.group(1)} --state" in text
+    assert "agent pair --state" in text and "/pair <link>" in text
+    token = Path(token_file.group(1))
+    assert token.stat().st_mode & 0o777 == 0o600
+    assert token.read_text().strip() not in text  # the token itself is never printed
+    return relay.group(1), token.read_text(), (Path(state.group(1)) / "bot" /
+                                               "identity.json").read_bytes()
+
+
+async def test_a_restart_keeps_the_bot_and_the_relay_and_fresh_does_not(tmp_path: Path) -> None:
+    first = await _run_once(tmp_path)
+    assert first == await _run_once(tmp_path)
+    assert (tmp_path / "xdg" / "skald-telegram" / "playground" / "bot-token").exists()
+    fresh = await _run_once(tmp_path, "--fresh")
+    assert fresh[1] != first[1] and fresh[2] != first[2]
 
 
 class Feed:

@@ -219,6 +219,21 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         # Reloaded, the page works from its cookie alone; a fresh browser without it does not.
         page.reload()
         expect(page.locator(".message", has_text="Formatting")).to_have_count(1)
+        # ... in the order the messages came, decided cards where they were, and the reason
+        # already sent is no reply in waiting.
+        expect(page.locator("a.document")).to_have_count(1)
+        ids = page.locator("#messages .message").evaluate_all(
+            "rows => rows.map(row => Number(row.dataset.messageId))")
+        assert len(ids) > 6 and ids == sorted(ids), ids
+        expect(page.locator("#replying")).to_be_hidden()
+
+        # Pairing an own agent host is one tap away, and says how.
+        expect(page.locator(".hint")).to_contain_text("/pair <link>")
+        page.locator("#who").select_option(label="Bob Builder")
+        page.get_by_role("button", name="Pair an agent").click()
+        expect(page.locator("#who")).to_have_value("1001")
+        expect(page.locator("#chat-title")).to_have_text("Skald Playground")
+        expect(page.locator("#input")).to_have_value("/pair ")
         stranger = browser.new_context()
         try:
             assert stranger.new_page().goto(url).status == 403

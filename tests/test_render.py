@@ -890,3 +890,22 @@ def test_render_command_reports_a_missing_file(
 ) -> None:
     assert main(["render", str(tmp_path / "none.json")]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+EXAMPLES = Path(__file__).parent.parent / "docs" / "examples"
+
+
+@pytest.mark.parametrize("name", ["approval-diff", "question", "approval-secret"])
+def test_render_command_renders_each_shipped_example(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["render", str(EXAMPLES / f"{name}.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("=== ") and "error" not in out.lower()
+    if name == "approval-diff":
+        assert "-DEBUG = True" in out and "+DEBUG = False" in out
+    elif name == "approval-secret":
+        assert "<tg-spoiler>sk-example-0123456789</tg-spoiler>" in out
+    with pytest.raises(SystemExit):
+        main(["render", "--help"])
+    assert f"docs/examples/{name}.json" in "".join(capsys.readouterr().out.split())

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tdlib_oracle import telegram_parse
+from tdlib_oracle import telegram_detect, telegram_parse
 from test_grants_agenthost import KEY, OFFER, paired_host
 from test_grants_agenthost import Clock as GrantClock
 from test_render import assert_golden
@@ -434,3 +434,11 @@ def test_no_hidden_character_reaches_a_message(summaries: list[str], name: str) 
                          total=len(summaries)),
     ):
         assert_nothing_hidden(shown_by_telegram(html))
+
+
+def test_a_slash_word_in_a_title_is_no_bot_command() -> None:
+    item = command("./build && /usr/bin/deploy", summary="Run ./build then (/deploy) /start")
+    assert [e.type for e in telegram_detect(item.summary)].count("bot_command") == 3
+    title = shown_by_telegram(approval_card(item).html).splitlines()[1]
+    assert title == "Run ./\u2060build then (/\u2060deploy) /\u2060start"
+    assert not [e for e in telegram_detect(title) if e.type == "bot_command"]

@@ -25,7 +25,8 @@ def register(sub: Any) -> None:
     add_config_option(parser)
     parser.add_argument("--chat", type=int, help="only this chat")
     parser.add_argument("--since", help="only records at or after this ISO 8601 time")
-    parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    parser.add_argument("--format", choices=("jsonl", "csv"), default="jsonl",
+                        help="one JSON object a line (default) or CSV with a header row")
     parser.set_defaults(handler=run)
 
 

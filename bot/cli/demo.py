@@ -14,7 +14,10 @@ def register(sub: Any) -> None:
                        "in a browser without a token)")
     parser.add_argument("--config", help="take telegram.token from this file")
     parser.add_argument("--state",
-                        help="keep the demo's state here (default: a temporary folder)")
+                        help="keep the demo's state here (default: a temporary folder; for "
+                             "the playground, ~/.local/state/skald-telegram/playground)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="playground: a throwaway state folder (a new bot identity)")
     parser.add_argument("--api-url", help="Bot API server (default: https://api.telegram.org)")
     parser.add_argument("--playground", action="store_true",
                         help="run the local playground even with a token (the default without)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Coroutine
@@ -28,24 +29,55 @@ def register(sub: Any) -> None:
         description=(
             "hook AGENT reads one hook event on stdin, asks for an approval through the "
             "agent host and writes the agent's answer on stdout. hook install AGENT and "
-            "hook uninstall AGENT add it to, or take it out of, the agent's settings."
+            "hook uninstall AGENT add it to, or take it out of, the agent's settings. "
+            "'hook AGENT --help' says what each takes."
         ),
     )
-    parser.add_argument("target", choices=[*AGENTS, "install", "uninstall"],
-                        metavar="AGENT|install|uninstall",
-                        help=f"one of {', '.join(AGENTS)}, or install / uninstall")
+    targets = parser.add_subparsers(dest="target", metavar="AGENT|install|uninstall",
+                                    required=True)
+    for name, agent in AGENTS.items():
+        answer = targets.add_parser(
+            name, help=f"answer one {agent.display_name} hook event",
+            description=f"Read one {agent.display_name} hook event on stdin, ask for an "
+                        "approval through the agent host and write the answer on stdout.")
+        _state(answer)
+        _decision(answer)
+    install = targets.add_parser(
+        "install", help="add the hook to an agent's settings",
+        description="Merge the hook into the agent's settings file and print what changed. "
+                    "A --state or $SKALD_AGENT_STATE folder is pinned in the hook's command.")
+    _agent(install)
+    _state(install)
+    _decision(install)
+    _scope(install)
+    uninstall = targets.add_parser(
+        "uninstall", help="take the hook out of an agent's settings",
+        description="Take the hook out of the agent's settings file and print what changed.")
+    _agent(uninstall)
+    _scope(uninstall)
+    parser.set_defaults(handler=run)
+
+
+def _agent(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("agent", nargs="?", choices=[*AGENTS], metavar="AGENT",
-                        help="with install or uninstall: the agent")
+                        help=f"one of {', '.join(AGENTS)}")
+
+
+def _state(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", metavar="DIR", help="the agent host's state folder")
+
+
+def _decision(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"how long to wait for a decision (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--on-error", choices=("deny", "ask"), default="deny",
                         help="when no decision can be had: deny (default), or let the agent "
                              "ask in its own prompt")
+
+
+def _scope(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scope", choices=("user", "project"), default="user",
-                        help="install or uninstall: the user's settings (default) or the "
-                             "current project's")
-    parser.set_defaults(handler=run)
+                        help="the user's settings (default) or the current project's")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,9 +87,6 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         return _change_settings(args)
-    if args.agent is not None:
-        print("skald-telegram: hook AGENT takes no second agent", file=sys.stderr)
-        return 2
     return _answer(args)
 
 
@@ -140,8 +169,9 @@ def _change_settings(args: argparse.Namespace) -> int:
         lines = uninstall(agent, path)
     else:
         extra = []
-        if args.state:
-            extra += ["--state", str(Path(args.state).resolve())]
+        state = args.state or os.environ.get("SKALD_AGENT_STATE")
+        if state:  # the agent may start the hook without our environment: pin the folder
+            extra += ["--state", str(Path(state).expanduser().resolve())]
         if args.on_error != "deny":
             extra += ["--on-error", args.on_error]
         command = hook_command(_program(), args.agent, args.timeout, extra)

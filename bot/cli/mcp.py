@@ -21,6 +21,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "mcp",
         help="an MCP server for approvals and questions, or an approval gateway",
+        usage="skald-telegram mcp [-h] [--state DIR] [gateway [--policy FILE] "
+              "[--timeout SECONDS] -- COMMAND ARGS...]",
         description=(
             "Without arguments: a stdio MCP server with the tools request_approval and "
             "ask_human. 'mcp gateway [--policy FILE] -- COMMAND ARGS...': a stdio MCP server "
@@ -28,7 +30,8 @@ def register(sub: Any) -> None:
         ),
     )
     parser.add_argument("--state", metavar="DIR", help="the agent host's state folder")
-    modes = parser.add_subparsers(dest="mcp_mode", metavar="gateway")
+    modes = parser.add_subparsers(dest="mcp_mode", metavar="gateway", title="optional mode",
+                                  help="omit it for the request_approval / ask_human server")
     gateway = modes.add_parser(
         "gateway",
         help="put the MCP server COMMAND behind an approval",

@@ -10,9 +10,14 @@ from bot.playground import DEFAULT_URL, KEY_VARIABLE
 
 def register(sub: Any) -> None:
     parser: argparse.ArgumentParser = sub.add_parser(
-        "render", help="print the Telegram card(s) for a payload file")
+        "render", help="print the Telegram card(s) for a payload file",
+        description="Print the Telegram card(s) a payload file becomes. Examples to start "
+                    "from: docs/examples/approval-diff.json (an approval with a diff), "
+                    "docs/examples/question.json (a question) and "
+                    "docs/examples/approval-secret.json (a command holding a secret).")
     parser.add_argument("file", help="an approval, a question or a whole inbox_update (JSON)")
-    parser.add_argument("--chat-type", choices=("private", "group"), default="private")
+    parser.add_argument("--chat-type", choices=("private", "group"), default="private",
+                        help="render the card as a private chat (default) or a group sees it")
     parser.add_argument("--templates", help="a folder of templates overriding the built-in ones")
     parser.add_argument("--playground", nargs="?", const=DEFAULT_URL, metavar="URL",
                         help="post the cards into a running playground (skald-telegram demo "

@@ -21,7 +21,12 @@ from typing import Any, Final
 
 from bot.agenthost.describe import describe_arguments
 from bot.hidden import one_line
-from bot.render.credentials import credentials_in, is_credential_key, mask_credentials
+from bot.render.credentials import (
+    credentials_in,
+    is_credential_key,
+    mask_credentials,
+    scheme_token,
+)
 
 Block = dict[str, Any]
 FileReader = Callable[[str], "str | None"]
@@ -124,8 +129,14 @@ def _secrets_in_text(text: str) -> Iterator[tuple[str, str]]:
 
 
 def _secret_blocks(call: ToolCall, seen: set[str]) -> Iterator[Block]:
-    """A ``secret`` block for each credential no block shows as one yet."""
-    for key, value in secrets_in(call.arguments):
+    """A ``secret`` block for each credential no block shows as one yet; a header's
+    ``Bearer <token>`` gives one block, its token's (masking the token masks the header,
+    and the token alone wherever the command repeats it)."""
+    found = secrets_in(call.arguments)
+    values = {value for _, value in found}
+    for key, value in found:
+        if scheme_token(value) in values:
+            continue
         if value not in seen:
             seen.add(value)
             yield _kv(key, value, "secret")

@@ -84,6 +84,11 @@ class Gateway:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         name, arguments = params.name, params.arguments or {}
+        if name not in self.descriptions and await self.listed() \
+                and name not in self.descriptions:
+            raise MCPError(types.INVALID_PARAMS,
+                           f"unknown tool {name!r}: the upstream MCP server "
+                           f"{self.server_name!r} has no such tool; it was not called")
         rule = self.policy.rule_for(name)
         if rule == "deny":
             source = self.policy.source_for(name)
@@ -108,19 +113,27 @@ class Gateway:
 
     async def description(self, name: str) -> str | None:
         """The upstream's description of tool ``name``, read from its listing."""
-        if name not in self.descriptions and self.upstream_gone is None:
-            cursor: str | None = None
-            try:
-                while True:
-                    page = await self.upstream.list_tools(
-                        params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
-                    self.descriptions.update((t.name, t.description) for t in page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-            except Exception as exc:  # the card goes without it; the call decides the rest
-                log.warning("could not list the upstream tools: %s", one_line(exc))
+        if name not in self.descriptions:
+            await self.listed()
         return self.descriptions.get(name)
+
+    async def listed(self) -> bool:
+        """Read the upstream's whole tool listing into :attr:`descriptions`; whether it
+        could be read."""
+        if self.upstream_gone is not None:
+            return False
+        cursor: str | None = None
+        try:
+            while True:
+                page = await self.upstream.list_tools(
+                    params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                self.descriptions.update((t.name, t.description) for t in page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return True
+        except Exception as exc:  # the card goes without it; the call decides the rest
+            log.warning("could not list the upstream tools: %s", one_line(exc))
+            return False
 
     async def forward(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if self.upstream_gone is not None:

@@ -8,23 +8,28 @@ closed: no host, no decision in time, an error on the way is an error result.
 
 from __future__ import annotations
 
+import inspect
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 
+from bot import __version__
 from bot.integrations.approval import Connect, ask_person, ask_question, one_line
 from bot.integrations.describe import ToolCall, describe
 
 DEFAULT_TIMEOUT = 600.0
 MAX_TIMEOUT = 86400.0
 _BAD_TIMEOUT = f"timeout must be between 1 and {MAX_TIMEOUT:g} seconds"
+_Tool = TypeVar("_Tool", bound=Callable[..., Any])
 
 
 def build_server(connect: Connect) -> MCPServer:
     server = MCPServer(
         "skald-telegram",
+        version=__version__,
         instructions=(
             "Ask a person on Telegram. Call request_approval before an action that needs "
             "their consent and go ahead only if it returns 'approved'. Call ask_human when "
@@ -32,7 +37,11 @@ def build_server(connect: Connect) -> MCPServer:
         ),
     )
 
-    @server.tool()
+    def tool(function: _Tool) -> _Tool:
+        """Register ``function`` as a tool described by its docstring, dedented."""
+        return server.tool(description=inspect.cleandoc(function.__doc__ or ""))(function)
+
+    @tool
     async def request_approval(
         summary: str,
         tool: str,
@@ -70,7 +79,7 @@ def build_server(connect: Connect) -> MCPServer:
                                   structured_content={"edited": True, "arguments": edited})
         return _result(verdict.reason, error=verdict.decision != "allow")
 
-    @server.tool()
+    @tool
     async def ask_human(
         question: str, options: list[str] | None = None, timeout: float = DEFAULT_TIMEOUT
     ) -> CallToolResult:

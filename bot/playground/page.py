@@ -131,9 +131,12 @@ class _Page:
         revision = 0
         while not self.stub.closing:
             changed = self.stub.changed_since(revision)
-            for message in changed:
+            # The first batch replays the chats (a page just loaded): in their order, not
+            # in the order of their last change, so that a decided card stays where it was.
+            shown = changed if revision else sorted(changed, key=lambda m: m.message_id)
+            for message in shown:
+                revision = max(revision, message.revision)
                 yield _event("message", self.stub.message_json(message))
-                revision = message.revision
             latest = self._world()
             if latest != world:
                 world = latest

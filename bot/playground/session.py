@@ -17,9 +17,11 @@ import asyncio
 import contextlib
 import os
 import secrets
+import socket
 import sys
 import tempfile
 import webbrowser
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +40,7 @@ from bot.relay.server import RelayServer
 from bot.render import Renderer
 from bot.signals import run_until_stopped
 from bot.testing.agent import Agent
+from skald_telegram.client import default_state_dir as agent_state_dir
 
 BOT_NAME: Final = "Skald Playground"
 BOT_USERNAME: Final = "skald_playground_bot"
@@ -68,7 +71,9 @@ class PlaygroundOptions:
     """What the playground runs with."""
 
     state: Path | None = None
-    """Where the relay, the bot and the agent keep their state; a temporary folder if unset."""
+    """Where the relay, the bot and the agent keep their state (their identities, the bot
+    token and the relay's port, so that a restart keeps a paired agent host's pairing); a
+    temporary folder if unset."""
     port: int = DEFAULT_PORT
     open_browser: bool = True
     chat_pace_s: float = 1.0
@@ -87,11 +92,14 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
         if state is None:
             state = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="skald-play-")))
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
-        token = f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}"
+        token = _kept(state / TOKEN_FILE,
+                      lambda: f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}")
+        relay_port = int(_kept(state / RELAY_PORT_FILE, lambda: str(_free_port())))
         key = secrets.token_urlsafe(24)
         stub = _stand_in(token, key, options.port)
         try:
-            async with stub, RelayServer(state / "relay", host=LOOPBACK) as relay:
+            async with stub, RelayServer(state / "relay", host=LOOPBACK,
+                                         port=relay_port) as relay:
                 identity = load_or_create_identity(state / "demo-agent.json", AGENT_NAME)
                 agent = Agent(identity, relay.url)
                 demo = DemoAgent(agent, out)
@@ -105,6 +113,17 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                             if not await pair_chat(running, agent, chat_id, ADA, renderer):
                                 raise PlaygroundError("the demo agent did not pair in time")
                             say(f"🔗 Paired the demo agent with {place}.")
+                        say(f"📁 State: {state} (kept across restarts; --fresh for a "
+                            "throwaway one)")
+                        say(f"🔑 The bot's token, for telegram.api_url = {stub.api_url}: "
+                            f"in {state / TOKEN_FILE} (readable by you only)")
+                        say(f"📡 Relay: {relay.url}. To connect your own agent host:")
+                        say(f"   skald-telegram agent serve --relay {relay.url} "
+                            "--state ~/.local/state/skald-play-agent")
+                        say("   skald-telegram agent pair --state "
+                            "~/.local/state/skald-play-agent")
+                        say("   then, in the page as Ada (an admin), send /pair <link> "
+                            "with the link it prints.")
                         url = playground_url(stub.api_url, key)
                         say(f"👉 Open {url}  (the key in it is the page's password)")
                         say(f"   Try a payload: {KEY_VARIABLE}={key} skald-telegram render "
@@ -125,6 +144,36 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                 "(pass --port 0 for any free port)"
             ) from exc
     return 0
+
+
+TOKEN_FILE: Final = "bot-token"
+RELAY_PORT_FILE: Final = "relay-port"
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/skald-telegram/playground`` (XDG's default:
+    ``~/.local/state/skald-telegram/playground``), beside the agent host's folder."""
+    return agent_state_dir().parent / "playground"
+
+
+def _kept(path: Path, make: Callable[[], str]) -> str:
+    """The value kept in ``path`` (0600), made and kept there by ``make`` the first time."""
+    try:
+        return path.read_text("utf-8").strip()
+    except FileNotFoundError:
+        pass
+    value = make()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(value + "\n")
+    return value
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _opener(state: Path, url: str) -> Path:
@@ -170,8 +219,12 @@ def _config(token: str, api_url: str, options: PlaygroundOptions) -> dict[str, o
 def playground_command(args: argparse.Namespace) -> int:
     """``skald-telegram demo`` in playground mode."""
     quiet_logs(args.verbose)
+    if args.fresh:
+        state = None
+    else:
+        state = Path(args.state).expanduser() if args.state else default_state_dir()
     options = PlaygroundOptions(
-        state=Path(args.state) if args.state else None,
+        state=state,
         port=args.port,
         open_browser=not args.no_browser,
     )

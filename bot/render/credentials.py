@@ -127,6 +127,14 @@ def mask_credentials(text: str) -> str:
     return "".join(parts)
 
 
+def scheme_token(value: str) -> str | None:
+    """The token of an ``Authorization``-style value ``<scheme> <token>`` (``Bearer``,
+    ``Basic``, ``Token``, ``Digest``), else ``None``."""
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    return token if token and scheme.lower() in _SCHEMES else None
+
+
 def strings_in(value: Any) -> Iterator[str]:
     """Every string in ``value``: itself, or the keys and leaves of mappings and lists."""
     if isinstance(value, str):
@@ -148,9 +156,8 @@ def _headers(text: str) -> Iterator[Credential]:
         start = match.start("value")
         yield Credential(match["name"], value, start, start + len(value))
         # A bearer token is also masked alone, where the command repeats it.
-        scheme, _, token = value.partition(" ")
-        token = token.strip()
-        if token and scheme.lower() in _SCHEMES:
+        token = scheme_token(value)
+        if token:
             offset = value.index(token)
             yield Credential(match["name"], token, start + offset, start + offset + len(token))
 

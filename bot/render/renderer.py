@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 from bot import hidden
 from bot.core.status import CardStatus, Tap
@@ -34,6 +35,7 @@ from bot.render.fit import (
     measure,
 )
 from bot.render.hosts import honest_hosts
+from bot.render.markdown import escape
 from bot.render.masking import NO_SECRETS, Masker, clean, masker
 from bot.render.values import (
     BlockView,
@@ -62,6 +64,9 @@ _MAX_TAPS_SHOWN = 10
 _FILENAME_PART = re.compile(r"[^A-Za-z0-9._-]+")
 _SPOILER = re.compile(r"<tg-spoiler>.*?</tg-spoiler>", re.DOTALL)
 SPOILER_MASK = "••••••"
+_BOT_COMMAND = re.compile(r"(?<![\w/<>])/(?=\w)")
+"""Where Telegram would start a tappable bot command (``./build``, ``(/deploy``)."""
+_WORD_JOINER = "\u2060"
 
 
 @dataclass(frozen=True)
@@ -233,8 +238,9 @@ class Renderer:
         if title is not None:
             line, more = hidden.first_line(title)
             line = " ".join(hidden.strip(line).split())
-            context["summary"] = _capped(line, _TITLE_ROOM) + hidden.more_lines(more)
-            title_cut = bool(more) or context["summary"] != line
+            capped = _capped(line, _TITLE_ROOM)
+            context["summary"] = _no_commands(capped) + hidden.more_lines(more)
+            title_cut = bool(more) or capped != line
             title = hidden.strip(title).strip()
         context["hidden"] = context.get("hidden") or any(view.hidden for view in views)
         context["punycode"] = context.get("punycode") or any(view.punycode for view in views)
@@ -352,6 +358,15 @@ def _shown_status(status: CardStatus, mask: Masker, zone: str | None) -> CardSta
         reported_by=shown(status.reported_by),
         approvals=taps,
     )
+
+
+def _no_commands(title: str) -> Markup:
+    """``title`` escaped, with a word joiner after each ``/`` Telegram would make a bot
+    command of (so that a tap on a title's ``./build`` sends nothing to the bot); markup,
+    so that the joiner is not shown as a hidden character.
+
+    ``title`` is plain text whose hidden characters are already marked."""
+    return Markup(_BOT_COMMAND.sub("/" + _WORD_JOINER, str(escape(honest_hosts(title)[0]))))
 
 
 def _title_text(text: str, mask: Masker) -> str:

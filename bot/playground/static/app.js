@@ -228,6 +228,11 @@ function upsert(message) {
   const isNew = !chatMessages.has(message.message_id);
   chatMessages.set(message.message_id, message);
   if (chatId !== state.chat) return;
+  // A reply to the message the bar replies to (replayed after a reload) settles it.
+  const answered = message.reply_to_message && message.reply_to_message.message_id;
+  if (answered && answered === state.replyTo && message.from.id !== state.world.bot.id) {
+    clearReply();
+  }
   const box = $("messages");
   const old = box.querySelector(`[data-message-id="${message.message_id}"]`);
   if (message.deleted) {
@@ -238,8 +243,9 @@ function upsert(message) {
   if (old) {
     old.replaceWith(row);
   } else {
-    box.appendChild(row);
-    box.scrollTop = box.scrollHeight;
+    const later = [...box.children].find((el) => Number(el.dataset.messageId) > message.message_id);
+    box.insertBefore(row, later || null);
+    if (!later) box.scrollTop = box.scrollHeight;
   }
   if (isNew && message.force_reply && message.from.id === state.world.bot.id) {
     setReplyTo(message);
@@ -300,7 +306,8 @@ function showChat() {
   clearReply();
   const messages = state.messages.get(state.chat);
   if (messages) {
-    for (const message of messages.values()) if (!message.deleted) box.appendChild(renderMessage(message));
+    const ordered = [...messages.values()].sort((a, b) => a.message_id - b.message_id);
+    for (const message of ordered) if (!message.deleted) box.appendChild(renderMessage(message));
   }
   box.scrollTop = box.scrollHeight;
 }
@@ -363,6 +370,19 @@ function clearReply() {
   $("input").placeholder = "Message";
 }
 
+// Pairing an own agent host: as Ada (an admin) in the private chat, "/pair <link>".
+function pairAgent() {
+  const admin = state.world.users[0];
+  if (admin) state.me = admin.id;
+  const own = state.world.chats.find((c) => c.type === "private" && c.members.includes(state.me));
+  if (own) state.chat = own.id;
+  renderWorld();
+  const input = $("input");
+  input.value = "/pair ";
+  input.focus();
+  toast("Paste the link `skald-telegram agent pair` printed, then send");
+}
+
 function toast(text) {
   const box = $("toast");
   box.textContent = text;
@@ -413,6 +433,7 @@ function wire() {
     }
   });
   $("replying-cancel").addEventListener("click", clearReply);
+  $("pair-agent").addEventListener("click", pairAgent);
   $("alert-ok").addEventListener("click", () => { $("alert").hidden = true; });
   connect();
 }
