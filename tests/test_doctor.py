@@ -13,6 +13,7 @@ from world import ADA, TOKEN, World, make_world, running_bot
 from bot.cli import main as cli_main
 from bot.doctor import Check, diagnose, format_checks
 from bot.playground.stub import TelegramStub
+from bot.store import SCHEMA_VERSION
 
 
 def write_config(tmp: Path, api_url: str, token: str = TOKEN) -> Path:
@@ -50,7 +51,7 @@ async def test_doctor_passes_on_a_paired_setup(
     assert "✓ token: @skald_test_bot" in out
     assert f"✓ relay {relay_url}: reachable; authentication works" in out
     assert "✓ key file:" in out and "mode 0600" in out
-    assert "✓ database:" in out and "(schema 1)" in out
+    assert "✓ database:" in out and f"(schema {SCHEMA_VERSION})" in out
     assert "✓ state folder:" in out
     assert len(out.splitlines()) == 6
 

@@ -129,14 +129,14 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         expect(cards).to_have_count(5)
 
         # Approve: the card is edited in place and the agent prints the decision.
-        email = page.locator(".message", has_text="Send the Q3 estimate").first
+        email = cards.filter(has_text="Send the Q3 estimate").first
         email.get_by_role("button", name="Approve").click()
         expect(email).to_contain_text("✅ Approved by Ada Lovelace")
         expect(email.locator(".inline-button")).to_have_count(0)
         terminal.wait_for(r"✅ approved send_email by Ada Lovelace \(@ada\)")
 
         # The secret is spoilered: not in the page's text until tapped.
-        deploy = page.locator(".message", has_text="Deploy billing-api 2.14.0").first
+        deploy = cards.filter(has_text="Deploy billing-api 2.14.0").first
         deploy.evaluate("element => element.scrollIntoView({block: 'end'})")
         picture = page.screenshot()
         assert picture.startswith(b"\x89PNG")
@@ -147,7 +147,7 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         expect(deploy).to_contain_text(SECRET)
 
         # Deny with a reason: the bot's ForceReply focuses the reply bar.
-        write = page.locator(".message", has_text="Write deploy/billing-api.yaml").first
+        write = cards.filter(has_text="Write deploy/billing-api.yaml").first
         write.get_by_role("button", name="Deny with reason").click()
         expect(page.locator("#replying")).to_be_visible()
         expect(page.locator("#input")).to_be_focused()
@@ -157,7 +157,7 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         expect(write).to_contain_text("Denied by Ada Lovelace")
 
         # Answer the question by tapping an option.
-        question = page.locator(".message", has_text="Where should").first
+        question = cards.filter(has_text="Where should").first
         question.get_by_role("button", name="canary (5% of traffic)").click()
         terminal.wait_for(r"💬 answered .* with “canary \(5% of traffic\)” by Ada Lovelace")
 
@@ -165,7 +165,7 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         page.locator("#who").select_option(label="Dave Reed")
         page.locator(".chat-item", has_text="Ops team").click()
         expect(page.locator("#chat-members")).to_contain_text("Dave Reed (observer)")
-        shell = page.locator(".message", has_text="Rotate the logs").first
+        shell = cards.filter(has_text="Rotate the logs").first
         shell.get_by_role("button", name="Approve").click()
         expect(page.locator("#alert")).to_be_visible()
         expect(page.locator("#alert-text")).to_contain_text("You can watch but not decide here")
