@@ -290,13 +290,15 @@ class AgentClient:
         """The item's outcome now, or within ``wait`` seconds (at most 30) once decided."""
         return Outcome.from_json(self._send(_Api.outcome(item_id, wait)))
 
-    def wait(self, item_id: str, timeout: float | None = None) -> Outcome:
+    def wait(self, item_id: str, timeout: float | None = None, *,
+             since: Outcome | None = None) -> Outcome:
         """Wait until the item is decided, answered, expired or withdrawn (or ``timeout``
         seconds pass: then the outcome is still ``pending``). A host that restarts
         meanwhile is waited for; one that is not running at first raises
-        :class:`HostUnavailable`."""
+        :class:`HostUnavailable`, unless ``since`` is an outcome the caller already had
+        from it (waiting on after a first wait)."""
         deadline = _deadline(timeout)
-        outcome = self.outcome(item_id)  # fails fast when no host is running
+        outcome = since or self.outcome(item_id)  # fails fast when no host is running
         while outcome.pending and _remaining(deadline) > 0:
             try:
                 outcome = self.outcome(item_id, _remaining(deadline))
@@ -429,9 +431,10 @@ class AsyncAgentClient:
     async def outcome(self, item_id: str, wait: float = 0.0) -> Outcome:
         return Outcome.from_json(await self._send(_Api.outcome(item_id, wait)))
 
-    async def wait(self, item_id: str, timeout: float | None = None) -> Outcome:
+    async def wait(self, item_id: str, timeout: float | None = None, *,
+                   since: Outcome | None = None) -> Outcome:
         deadline = _deadline(timeout)
-        outcome = await self.outcome(item_id)  # fails fast when no host is running
+        outcome = since or await self.outcome(item_id)  # fails fast when no host runs
         while outcome.pending and _remaining(deadline) > 0:
             try:
                 outcome = await self.outcome(item_id, _remaining(deadline))

@@ -121,6 +121,33 @@ async def test_no_device_online_is_said_and_require_device_exits_3(tmp_path: Pat
             assert await client.items() == []  # withdrawn
 
 
+async def test_ask_waits_on_when_the_host_is_away_as_it_would_tell(tmp_path: Path) -> None:
+    """The host restarting when ``ask`` would look whether a device picked the request up:
+    ``ask`` cannot say, and waits on for the person's decision instead of ending."""
+    async with host_world(tmp_path) as hw:
+        await hw.pair()
+        bot = hw.world.bot
+        assert bot is not None
+        await bot.relays.stop()  # unseen: the notice would be said
+        waiting = await start_cli("ask", "--tool", "deploy", "--json",
+                                  env={**hw.host.env, "SKALD_PICKUP_NOTICE_S": "1"})
+        async with hw.host.client() as client:
+            for _ in range(200):
+                if await client.items():
+                    break
+                await asyncio.sleep(0.02)
+        hw.host.kill()
+        assert hw.host.process is not None
+        await hw.host.process.wait()
+        await asyncio.sleep(1.5)  # past the notice's time, the host away
+        assert waiting.returncode is None
+        await hw.host.start()
+        bot.relays.ensure_all()
+        await approve(hw, "deploy")
+        result = await finished(waiting)
+        assert result.code == 0 and '"approved"' in result.out, result.err
+
+
 async def start_hook(hw: HostWorld, stderr: int,
                      event_name: str = "PreToolUse-Bash") -> asyncio.subprocess.Process:
     """The Claude Code hook on a Bash event, its stderr on ``stderr``."""

@@ -221,17 +221,24 @@ def _watched_wait(client: AgentClient, watch: Watch, item_id: str,
     """Wait as :meth:`AgentClient.wait` does; once the notice's time has passed with no
     device holding the request, say so and which devices there are (and, for
     ``--require-device``, stop waiting)."""
+    from skald_telegram.client import HostUnavailable
+
     started = time.monotonic()
     first = watch.first_wait(timeout if timeout is not None else float("inf"))
     outcome = client.wait(item_id, first)
     if watch.unseen(outcome):
-        watch.not_picked_up(client.status()["devices"])
-        if watch.stop_when_unseen:
-            return outcome
+        try:
+            devices = client.status()["devices"]
+        except HostUnavailable:  # restarting: it may well have been picked up; wait on
+            pass
+        else:
+            watch.not_picked_up(devices)
+            if watch.stop_when_unseen:
+                return outcome
     if not outcome.pending:
         return outcome
     left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-    return client.wait(item_id, left)
+    return client.wait(item_id, left, since=outcome)
 
 
 def _who(decided_by: Any) -> str:

@@ -9,6 +9,7 @@ prompt). A person's deny is always a deny.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -18,7 +19,7 @@ from typing import Any, Final, Literal
 import anyio
 
 from bot.integrations.waiting import Watch
-from skald_telegram import AsyncAgentClient, Outcome
+from skald_telegram import AsyncAgentClient, HostUnavailable, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -221,10 +222,12 @@ async def _watched_wait(
     first = watch.first_wait(timeout)
     outcome = await client.wait(item_id, first)
     if watch.unseen(outcome):
-        watch.not_picked_up((await client.status())["devices"])
+        # A host restarting cannot say; the request may well have been picked up: wait on.
+        with contextlib.suppress(HostUnavailable):
+            watch.not_picked_up((await client.status())["devices"])
     if not outcome.pending:
         return outcome
-    return await client.wait(item_id, timeout - first)
+    return await client.wait(item_id, timeout - first, since=outcome)
 
 
 async def _withdraw(client: AsyncAgentClient, item_id: str) -> None:
