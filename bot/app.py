@@ -38,7 +38,7 @@ from bot.tg.notes import NoteWorker
 from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
 from bot.tg.update_inbox import UpdateInbox
-from bot.tg.webapp import webapp_routes
+from bot.tg.webapp import WebAppContext, webapp_routes
 from bot.tg.webhook import HttpServer, webhook_routes
 from bot.tg.worker import CardWorker
 
@@ -215,7 +215,8 @@ class Bot:
                                       "update handler")
         else:
             stack.push_async_callback(running.supervisor.stop, "update handler")
-        await _serve_http(config, inbox, stack)
+        await _serve_http(config, inbox, stack,
+                          WebAppContext(config.token, bridge, approvers, application.bot))
         if config.webhook is not None:
             await inbox.set_webhook(config.webhook.url, config.webhook.secret)
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
@@ -223,8 +224,8 @@ class Bot:
         return running
 
 
-async def _serve_http(config: Config, inbox: UpdateInbox,
-                      stack: contextlib.AsyncExitStack) -> None:
+async def _serve_http(config: Config, inbox: UpdateInbox, stack: contextlib.AsyncExitStack,
+                      webapp: WebAppContext) -> None:
     """Serve the webhook (in webhook mode) and the Mini App (with ``webapp.url``) on
     ``http.listen``; stopped before the update handler, so that no update is taken on
     while the rest shuts down. Nothing listens when neither is on."""
@@ -235,7 +236,7 @@ async def _serve_http(config: Config, inbox: UpdateInbox,
         routes += webhook_routes(config.webhook, inbox)
         listen = config.webhook.host, config.webhook.port
     if config.webapp is not None:
-        routes += webapp_routes(config.webapp)
+        routes += webapp_routes(config.webapp, webapp)
         listen = config.webapp.host, config.webapp.port
     if listen is None:
         return

@@ -50,7 +50,7 @@ async def test_doctor_passes_on_a_paired_setup(
     assert "✓ token: @skald_test_bot" in out
     assert f"✓ relay {relay_url}: reachable; authentication works" in out
     assert "✓ key file:" in out and "mode 0600" in out
-    assert "✓ database:" in out and "(schema 1)" in out
+    assert "✓ database:" in out and "(schema 2)" in out
     assert "✓ state folder:" in out
     assert len(out.splitlines()) == 6
 

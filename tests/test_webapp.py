@@ -1,37 +1,51 @@
-"""The Mini App (``[webapp]``): its settings, the real bot serving its page on loopback
-beside (or without) the webhook, and ``doctor``'s check of it."""
+"""The Mini App (``[webapp]``): its settings, the real bot serving its page and API on
+loopback, the API's checks of ``initData`` and chat membership, what it shows (masked, and
+revealed for approvers with an audit entry), and ``doctor``'s check of it."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from conftest import eventually
 from test_webhook import free_port
-from world import World, bot_config, make_world, running_bot
+from world import ADA, BOB, CAROL, DAVE, TOKEN, World, approval, bot_config, make_world, running_bot
 
+from bot import durable
 from bot.app import Running
 from bot.config import Config, ConfigError, parse_config
 from bot.doctor import check_webapp
+from bot.playground.stub import StoredMessage
+from bot.store import Store
+from bot.store.db import MIGRATIONS, PLACE
+from bot.tg.initdata import sign_init_data
 
 APP_URL = "https://bot.example.test/app"
+OPS_GROUP = -1001234
+SECRET = "sk-live-51H8xQ2eZvKYlo2C"
 
 
-def webapp_config(world: World, port: int, **webapp: Any) -> Config:
+def webapp_config(world: World, port: int, chats: list[dict[str, Any]] | None = None,
+                  **webapp: Any) -> Config:
     data = bot_config(world.tmp, world.tg.api_url)
+    if chats:
+        data["chats"] = chats
     data["webapp"] = {"url": APP_URL, "short_name": "details", **webapp}
     data["http"] = {"listen": f"127.0.0.1:{port}"}
     return parse_config(data, base=world.tmp)
 
 
 @contextlib.asynccontextmanager
-async def webapp_bot(world: World, **webapp: Any) -> AsyncIterator[tuple[Running, str]]:
+async def webapp_bot(world: World, chats: list[dict[str, Any]] | None = None,
+                     **webapp: Any) -> AsyncIterator[tuple[Running, str]]:
     """The bot (polling) serving the Mini App, and the app's local address."""
     port = free_port()
-    config = webapp_config(world, port, **webapp)
+    config = webapp_config(world, port, chats, **webapp)
     async with running_bot(world, config) as running:
         yield running, f"http://127.0.0.1:{port}/app"
 
@@ -105,3 +119,138 @@ async def test_doctor_checks_that_the_running_bot_serves_the_app(tmp_path: Path)
             up = await check_webapp(config.webapp)
         assert up.ok, up.detail
         assert APP_URL in up.detail
+
+
+def init_data(world: World, user: int, *, token: str = TOKEN, age_s: float = 60) -> str:
+    """``initData`` as Telegram signs it for ``user``, ``age_s`` old on the bot's clock."""
+    fields = {"query_id": "AAHdF6IQAAAAAN0XohDhrOrc",
+              "user": json.dumps({"id": user, "first_name": f"user{user}"}),
+              "auth_date": str(int(world.clock.time() - age_s))}
+    return sign_init_data(fields, token)
+
+
+async def ref_of(running: Running, chat_id: int, card: StoredMessage) -> str:
+    """The reference of the card behind a posted message (once the bot noted the post)."""
+    await eventually(lambda: running.store.cards.by_message(chat_id, card.message_id)
+                     is not None)
+    row = running.store.cards.by_message(chat_id, card.message_id)
+    assert row is not None and row.ref is not None
+    return row.ref
+
+
+def secret_approval(item_id: str) -> dict[str, Any]:
+    diff = "\n".join(f"+line {n}" for n in range(3000)) + f"\n+key = {SECRET}"
+    return approval(item_id, summary="Deploy web", blocks=[
+        {"type": "key_value", "key": "API key", "value": SECRET, "value_type": "secret"},
+        {"type": "block", "label": "Diff", "value": diff, "value_type": "diff"},
+    ], arguments={"api_key": SECRET, "service": "web", "diff": diff})
+
+
+async def get(client: httpx.AsyncClient, url: str, data: str | None) -> httpx.Response:
+    headers = {"Authorization": f"tma {data}"} if data is not None else {}
+    return await client.get(url, headers=headers)
+
+
+async def test_a_card_gets_a_random_reference_apart_from_its_button_token(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, _):
+        await world.pair(ADA)
+        for n in range(2):
+            world.agent.submit_approval(approval(f"apr_ref{n}"))
+        refs = []
+        for n in range(2):
+            card = await world.wait_card(ADA, f"apr_ref{n}")
+            ref = await ref_of(running, ADA, card)
+            row = running.store.cards.by_ref(ref)
+            assert row is not None and row.item_id == f"apr_ref{n}"
+            assert len(ref) >= 22 and ref != row.token and "apr_" not in ref
+            refs.append(ref)
+        assert refs[0] != refs[1]
+
+
+def test_cards_stored_before_references_get_one(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    old = durable.open_sqlite(path, PLACE, MIGRATIONS[:1])
+    old.execute("INSERT INTO cards (agent_id, item_id, chat_id, token) VALUES"
+                " ('ag', 'apr_1', 1, 'tok1'), ('ag', 'apr_2', 1, 'tok2')")
+    old.commit()
+    old.close()
+    store = Store.open(path)
+    try:
+        refs = [card.ref for card in (store.cards.by_token("tok1"), store.cards.by_token("tok2"))
+                if card is not None]
+    finally:
+        store.close()
+    assert len(refs) == 2 and len(set(refs)) == 2 and all(len(r or "") == 32 for r in refs)
+
+
+async def test_the_api_refuses_forged_stale_foreign_and_missing_init_data(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
+            httpx.AsyncClient() as client:
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("apr_auth"))
+        url = f"{app}/api/card/{await ref_of(running, ADA, await world.wait_card(ADA, 'apr_auth'))}"
+        good = init_data(world, ADA)
+        assert (await get(client, url, good)).status_code == 200
+        forged = good.replace(f"%22id%22%3A+{ADA}", f"%22id%22%3A+{BOB}")
+        assert forged != good
+        for data in (None, forged, init_data(world, ADA, age_s=3601),
+                     init_data(world, ADA, token="654321:OTHER-bot"), "garbage"):
+            response = await get(client, url, data)
+            assert response.status_code == 401, (data, response.text)
+            assert "apr_auth" not in response.text
+        unknown = await get(client, f"{app}/api/card/{'A' * 22}", good)
+        assert unknown.status_code == 404
+        assert (await get(client, f"{app}/api/card/apr_auth", good)).status_code == 404
+
+
+async def test_who_may_see_a_group_card_and_what_they_see(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        async with webapp_bot(world, [{"id": OPS_GROUP, "approvers": [ADA]}]) as (running, app), \
+                httpx.AsyncClient() as client:
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(secret_approval("apr_group"))
+            card = await world.wait_card(OPS_GROUP, "Deploy web")
+            url = f"{app}/api/card/{await ref_of(running, OPS_GROUP, card)}"
+            outsider = await get(client, url, init_data(world, DAVE))
+            assert outsider.status_code == 403
+            assert SECRET not in outsider.text and "Deploy" not in outsider.text
+            observer = await get(client, url, init_data(world, BOB))
+            assert observer.status_code == 200
+            shown = observer.json()
+            assert SECRET not in observer.text
+            assert (shown["approver"], shown["masked"], shown["kind"]) == (False, True, "approval")
+            assert shown["blocks"][0]["value"] == "••••••"
+            diff = shown["blocks"][1]["value"]
+            assert diff.count("\n") == 3000 and "+line 2999" in diff  # all of it, unabridged
+            assert shown["arguments"]["api_key"] == "••••••"
+            assert shown["arguments"]["service"] == "web"
+            assert (await client.post(url + "/reveal", headers={
+                "Authorization": f"tma {init_data(world, BOB)}"})).status_code == 403
+            assert (await client.post(url + "/reveal", headers={
+                "Authorization": f"tma {init_data(world, DAVE)}"})).status_code == 403
+            assert running.store.audit.rows(events=("reveal",)) == []
+            approver = await get(client, url, init_data(world, ADA))
+            assert approver.json()["approver"] is True and SECRET not in approver.text
+            revealed = await client.post(url + "/reveal", headers={
+                "Authorization": f"tma {init_data(world, ADA)}"})
+            assert revealed.status_code == 200
+            assert revealed.json()["blocks"][0]["value"] == SECRET
+            assert revealed.json()["arguments"]["api_key"] == SECRET
+            [entry] = running.store.audit.rows(events=("reveal",))
+            assert (entry.user_id, entry.chat_id, entry.item_id) == (ADA, OPS_GROUP, "apr_group")
+
+
+async def test_a_private_card_is_only_for_its_user(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
+            httpx.AsyncClient() as client:
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("apr_private"))
+        card = await world.wait_card(ADA, "apr_private")
+        url = f"{app}/api/card/{await ref_of(running, ADA, card)}"
+        assert (await get(client, url, init_data(world, CAROL))).status_code == 403
+        mine = (await get(client, url, init_data(world, ADA))).json()
+        assert mine["id"] == "apr_private" and mine["votes"] == [] and mine["required"] == 1
+        assert mine["state"] == "open" and mine["expires_at"] is None
