@@ -167,7 +167,7 @@ class Bot:
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
         approvers = ApproverLookup(bot=application.bot, bridge=bridge)
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock)
+                            clock=self._clock, bot_username=username or "")
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, turns=worker.turns,
                         clock=self._clock)

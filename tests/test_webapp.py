@@ -254,3 +254,72 @@ async def test_a_private_card_is_only_for_its_user(tmp_path: Path) -> None:
         mine = (await get(client, url, init_data(world, ADA))).json()
         assert mine["id"] == "apr_private" and mine["votes"] == [] and mine["required"] == 1
         assert mine["state"] == "open" and mine["expires_at"] is None
+
+
+def details_of(card: StoredMessage) -> dict[str, Any] | None:
+    found = [b for b in card.buttons() if b["text"] == "🔍 Details"]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+async def test_a_private_card_opens_the_app_with_a_web_app_button(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, _):
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("apr_button"))
+        card = await world.wait_card(ADA, "apr_button")
+        ref = await ref_of(running, ADA, card)
+        assert details_of(card) == {"text": "🔍 Details",
+                                    "web_app": {"url": f"{APP_URL}?ref={ref}"}}
+        assert card.buttons()[-1]["text"] == "🔍 Details"
+        assert "Approve" in card.buttons()[0]["text"]
+
+
+async def test_a_group_card_links_to_the_direct_link_app(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        async with webapp_bot(world) as (running, _):
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(approval("apr_link"))
+            card = await world.wait_card(OPS_GROUP, "apr_link")
+            ref = await ref_of(running, OPS_GROUP, card)
+            username = running.application.bot.username
+            assert details_of(card) == {
+                "text": "🔍 Details", "url": f"https://t.me/{username}/details?startapp={ref}"}
+
+
+async def test_no_details_button_in_a_group_without_short_name_or_without_the_app(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        async with webapp_bot(world, short_name="") as _:
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(approval("apr_none"))
+            card = await world.wait_card(OPS_GROUP, "apr_none")
+            assert details_of(card) is None and card.buttons() != []
+    async with make_world(tmp_path / "plain") as world, running_bot(world):
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("apr_plain"))
+        card = await world.wait_card(ADA, "apr_plain")
+        assert details_of(card) is None and card.buttons() != []
+
+
+async def test_the_stand_in_refuses_web_app_buttons_where_telegram_does(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, httpx.AsyncClient() as client:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        world.tg.send_text(ADA, ADA, "/start")
+
+        async def send(chat_id: int, button: dict[str, Any]) -> dict[str, Any]:
+            response = await client.post(f"{world.tg.api_url}/bot{TOKEN}/sendMessage", json={
+                "chat_id": chat_id, "text": "hi",
+                "reply_markup": {"inline_keyboard": [[{"text": "Open", **button}]]}})
+            return dict(response.json())
+
+        web_app = {"web_app": {"url": APP_URL}}
+        assert (await send(ADA, web_app))["ok"] is True
+        refused = await send(OPS_GROUP, web_app)
+        assert (refused["ok"], refused["description"]) == \
+            (False, "Bad Request: BUTTON_TYPE_INVALID")
+        plain = await send(ADA, {"web_app": {"url": "http://bot.example.test/app"}})
+        assert plain["description"] == "Bad Request: BUTTON_URL_INVALID"
+        link = await send(OPS_GROUP, {"url": "https://t.me/bot/details?startapp=abc"})
+        assert link["ok"] is True
