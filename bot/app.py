@@ -216,7 +216,8 @@ class Bot:
         else:
             stack.push_async_callback(running.supervisor.stop, "update handler")
         await _serve_http(config, inbox, stack,
-                          WebAppContext(config.token, bridge, approvers, application.bot))
+                          WebAppContext(config.token, bridge, approvers, application.bot,
+                                        pool.act_on))
         if config.webhook is not None:
             await inbox.set_webhook(config.webhook.url, config.webhook.secret)
         log.info("bot @%s is running as device %s; %d relay session(s)", username,

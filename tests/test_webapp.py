@@ -14,13 +14,26 @@ import httpx
 import pytest
 from conftest import eventually
 from test_webhook import free_port
-from world import ADA, BOB, CAROL, DAVE, TOKEN, World, approval, bot_config, make_world, running_bot
+from world import (
+    ADA,
+    BOB,
+    CAROL,
+    DAVE,
+    TOKEN,
+    World,
+    approval,
+    bot_config,
+    make_world,
+    question,
+    running_bot,
+)
 
 from bot import durable
 from bot.app import Running
 from bot.config import Config, ConfigError, parse_config
 from bot.doctor import check_webapp
 from bot.playground.stub import StoredMessage
+from bot.protocol.encoding import args_sha256
 from bot.store import Store
 from bot.store.db import MIGRATIONS, PLACE
 from bot.tg.initdata import sign_init_data
@@ -323,3 +336,90 @@ async def test_the_stand_in_refuses_web_app_buttons_where_telegram_does(tmp_path
         assert plain["description"] == "Bad Request: BUTTON_URL_INVALID"
         link = await send(OPS_GROUP, {"url": "https://t.me/bot/details?startapp=abc"})
         assert link["ok"] is True
+
+
+async def decide(client: httpx.AsyncClient, url: str, data: str,
+                 **body: Any) -> httpx.Response:
+    return await client.post(url + "/decide", json=body,
+                             headers={"Authorization": f"tma {data}"})
+
+
+async def test_an_approval_from_the_app_is_a_signed_decision_and_edits_the_card(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
+            httpx.AsyncClient() as client:
+        await world.pair(ADA)
+        item = approval("apr_app")
+        world.agent.submit_approval(item)
+        card = await world.wait_card(ADA, "apr_app")
+        url = f"{app}/api/card/{await ref_of(running, ADA, card)}"
+        for bad in ({"action": "approve", "text": "x"}, {"action": "deny_with_reason"},
+                    {"action": "grant"}, {"action": "answer", "option": True}):
+            response = await decide(client, url, init_data(world, ADA), **bad)
+            assert response.status_code == 400, bad
+        assert world.agent.decisions == []
+        response = await decide(client, url, init_data(world, ADA), action="approve")
+        assert response.json() == {"outcome": "decided", "state": "approved"}
+        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+        [decision] = world.agent.decisions
+        assert (decision.approval_id, decision.decision) == ("apr_app", "approve")
+        assert decision.decided_by.telegram_user_id == ADA
+        assert decision.args_sha256 == args_sha256(item["arguments"])
+        assert world.agent.refused == []
+        card = await world.wait_card(ADA, "apr_app", lambda m: "Approved by" in m.text)
+        assert card.buttons() == []
+        again = await decide(client, url, init_data(world, ADA), action="deny")
+        assert (again.status_code, again.json()["outcome"]) == (409, "refused:closed")
+        taps = running.store.audit.rows(events=("tap",))
+        assert [(t.user_id, t.detail["action"], t.detail["allowed"]) for t in taps] == [
+            (ADA, "approve", True), (ADA, "deny", False)]
+
+
+async def test_the_app_counts_towards_a_quorum_and_denies_with_a_reason(
+        tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB, CAROL, DAVE])
+        chats = [{"id": OPS_GROUP, "approvers": [ADA, BOB, CAROL], "required_approvals": 2}]
+        async with webapp_bot(world, chats) as (running, app), httpx.AsyncClient() as client:
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(approval("apr_quorum"))
+            card = await world.wait_card(OPS_GROUP, "apr_quorum")
+            url = f"{app}/api/card/{await ref_of(running, OPS_GROUP, card)}"
+            observer = await decide(client, url, init_data(world, DAVE), action="approve")
+            assert (observer.status_code, observer.json()["outcome"]) == \
+                (409, "refused:not_approver")
+            first = await decide(client, url, init_data(world, ADA), action="approve")
+            assert first.json() == {"outcome": "tallied", "state": "open"}
+            card = await world.wait_card(OPS_GROUP, "apr_quorum", lambda m: "1 of 2" in m.text)
+            details = (await get(client, url, init_data(world, BOB))).json()
+            assert [v["user_id"] for v in details["votes"]] == [ADA]
+            assert details["required"] == 2
+            assert world.agent.decisions == []
+            denied = await decide(client, url, init_data(world, BOB), action="deny_with_reason",
+                                  text="  not during the freeze ")
+            assert denied.json() == {"outcome": "decided", "state": "denied"}
+            await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+            decision = world.agent.decisions[0]
+            assert (decision.decision, decision.reason, decision.decided_by.telegram_user_id) \
+                == ("deny", "not during the freeze", BOB)
+            await world.wait_card(OPS_GROUP, "apr_quorum",
+                                  lambda m: "not during the freeze" in m.text
+                                  and m.buttons() == [])
+
+
+async def test_a_question_is_answered_from_the_app(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
+            httpx.AsyncClient() as client:
+        await world.pair(ADA)
+        world.agent.submit_clarification(question("clr_app", ["staging", "production"]))
+        card = await world.wait_card(ADA, "Which environment")
+        url = f"{app}/api/card/{await ref_of(running, ADA, card)}"
+        shown = (await get(client, url, init_data(world, ADA))).json()
+        assert (shown["kind"], shown["options"]) == ("clarification", ["staging", "production"])
+        wrong = await decide(client, url, init_data(world, ADA), action="answer", option=5)
+        assert wrong.json()["outcome"] == "refused:wrong_button"
+        answered = await decide(client, url, init_data(world, ADA), action="answer", option=1)
+        assert answered.json()["outcome"] == "answered"
+        await world.agent.wait_for(lambda a: len(a.answers) == 1)
+        assert world.agent.answers[0].answer == "production"
+        await world.tg.wait_for(lambda tg: world.card(ADA, "Which environment").buttons() == [])

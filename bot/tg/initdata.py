@@ -13,7 +13,7 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode
 
 from bot.errors import InitDataError
@@ -30,9 +30,15 @@ class InitData:
 
     user_id: int
     first_name: str
-    auth_date: int
+    last_name: str = ""
+    username: str | None = None
+    auth_date: int = 0
     """Unix seconds."""
     start_param: str | None = None
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.first_name} {self.last_name}".strip()
 
 
 def _secret_key(token: str) -> bytes:
@@ -64,9 +70,10 @@ def check_init_data(raw: str, token: str, now: float) -> InitData:
     if not hmac.compare_digest(given.encode(), _hash(fields, token).encode()):
         raise InitDataError("initData is not signed for this bot")
     auth_date = _auth_date(fields.get("auth_date", ""), now)
-    user_id, first_name = _user(fields.get("user", ""))
-    return InitData(user_id=user_id, first_name=first_name, auth_date=auth_date,
-                    start_param=fields.get("start_param") or None)
+    user = _user(fields.get("user", ""))
+    return InitData(user_id=user["id"], first_name=user["first_name"] or "",
+                    last_name=user["last_name"] or "", username=user["username"],
+                    auth_date=auth_date, start_param=fields.get("start_param") or None)
 
 
 def _auth_date(value: str, now: float) -> int:
@@ -80,7 +87,8 @@ def _auth_date(value: str, now: float) -> int:
     return at
 
 
-def _user(value: str) -> tuple[int, str]:
+def _user(value: str) -> dict[str, Any]:
+    """The user's id and, where they are strings, their names."""
     try:
         user = json.loads(value)
     except ValueError as exc:
@@ -88,5 +96,6 @@ def _user(value: str) -> tuple[int, str]:
     user_id = user.get("id") if isinstance(user, dict) else None
     if isinstance(user_id, bool) or not isinstance(user_id, int) or user_id <= 0:
         raise InitDataError("initData has no user")
-    name = user.get("first_name")
-    return user_id, name if isinstance(name, str) else ""
+    texts = {key: user.get(key) if isinstance(user.get(key), str) else None
+             for key in ("first_name", "last_name", "username")}
+    return {"id": user_id, **texts}

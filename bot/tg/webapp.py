@@ -5,11 +5,15 @@ Every API request carries Telegram's ``initData`` (``Authorization: tma <initDat
 checked by :mod:`bot.tg.initdata` (401 otherwise). A card is named by its opaque ``ref``
 (404 when there is none such) and shown only to its chat's approvers and members (403
 otherwise), with secrets masked; ``…/reveal`` shows them to approvers, audited.
+``…/decide`` applies a decision or answer as a tap on the card's button would: the same
+bridge, rules, quorum and signed decision, and the chat's card is edited after it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -20,11 +24,12 @@ from starlette.routing import BaseRoute, Route
 from telegram import Bot
 from telegram import error as tg_error
 
-from bot.bridge import Bridge
+from bot.bridge import Bridge, Changes, TapReport
 from bot.config import WebAppConfig
 from bot.core.model import CardRow, ItemRow, parse_item
-from bot.core.policy import may_decide
+from bot.core.policy import Action, Refused, may_decide
 from bot.errors import InitDataError
+from bot.protocol.payloads import Person
 from bot.render.details import card_details
 from bot.tg.approvers import ApproverLookup
 from bot.tg.initdata import InitData, check_init_data
@@ -37,6 +42,11 @@ BASE_MARK: Final = "%BASE%"
 """Replaced in ``index.html`` by the path the app is served under."""
 AUTH_SCHEME: Final = "tma "
 MEMBER_STATUSES: Final = frozenset({"creator", "administrator", "member"})
+ACTIONS: Final = {"approve": Action.APPROVE, "deny": Action.DENY,
+                  "deny_with_reason": Action.DENY_WITH_REASON, "answer": Action.ANSWER}
+"""What ``…/decide`` takes: the buttons of a card, by name."""
+MAX_DECIDE_BYTES: Final = 16384
+MAX_TEXT_CHARS: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class WebAppContext:
     bridge: Bridge
     approvers: ApproverLookup
     bot: Bot
+    act_on: Callable[[Changes], None]
+    """Acts on what a decision changed, after its commit (as after a tap)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,31 @@ class _Api:
                  access.card.card_id)
         return self._details(access, reveal=True)
 
+    async def decide(self, request: Request) -> Response:
+        access = await self._access(request)
+        if isinstance(access, Response):
+            return access
+        asked = _decision(await request.body())
+        if asked is None:
+            return _error(400, 'expected {"action": "approve" | "deny" | "deny_with_reason" '
+                               '| "answer", "option": n or "text": "…"}')
+        action, option, text = asked
+        context, card = self._context, access.card
+        voters = {v.user_id for v in context.bridge.view.cards.votes(card.card_id)}
+        approvers = await context.approvers.for_decision(card.chat_id,
+                                                         {access.user.user_id, *voters})
+        report = context.bridge.tap(
+            card.token, action, chat_id=card.chat_id, approvers=approvers,
+            tapper=Person(name=access.user.full_name, telegram_user_id=access.user.user_id,
+                          username=access.user.username),
+            option=option, text=text)
+        context.act_on(report.changes)
+        log.info("Mini App %s by user %s in chat %s on %s: %s", action.name.lower(),
+                 access.user.user_id, card.chat_id, card.item_id, _outcome(report))
+        item = report.item or access.item
+        return JSONResponse({"outcome": _outcome(report), "state": item.state},
+                            status_code=409 if isinstance(report.result, Refused) else 200)
+
     def _details(self, access: _Access, *, reveal: bool) -> Response:
         bridge = self._context.bridge
         peer = bridge.view.agents.peer(access.card.agent_id)
@@ -141,6 +178,41 @@ class _Api:
             member.status == "restricted" and bool(getattr(member, "is_member", False)))
 
 
+def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
+    """The action, option and text a ``…/decide`` body asks for; None when it is not one.
+    A deny with reason needs its reason, an answer its option or text."""
+    if len(body) > MAX_DECIDE_BYTES:
+        return None
+    try:
+        asked = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(asked, dict) or asked.get("action") not in ACTIONS:
+        return None
+    action = ACTIONS[asked["action"]]
+    option, text = asked.get("option"), asked.get("text")
+    if option is not None and (isinstance(option, bool) or not isinstance(option, int)):
+        return None
+    if text is not None and (not isinstance(text, str) or not text.strip()
+                             or len(text) > MAX_TEXT_CHARS):
+        return None
+    if action is Action.DENY_WITH_REASON and text is None:
+        return None
+    if action is Action.ANSWER and (option is None) == (text is None):
+        return None
+    if action in (Action.APPROVE, Action.DENY) and (option, text) != (None, None):
+        return None
+    return action, option, text.strip() if text else None
+
+
+def _outcome(report: TapReport) -> str:
+    """``refused:<reason>``, ``tallied``, ``decided`` or ``answered``."""
+    result = report.result
+    if isinstance(result, Refused):
+        return f"refused:{result.reason.value}"
+    return type(result).__name__.lower()
+
+
 def _error(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -154,6 +226,7 @@ def webapp_routes(config: WebAppConfig, context: WebAppContext) -> list[BaseRout
         Route(f"{base}/static/{{name}}", page.static, methods=["GET"]),
         Route(f"{base}/api/card/{{ref}}", api.card, methods=["GET"]),
         Route(f"{base}/api/card/{{ref}}/reveal", api.reveal, methods=["POST"]),
+        Route(f"{base}/api/card/{{ref}}/decide", api.decide, methods=["POST"]),
     ]
     if base:
         routes.append(Route(base, page.index, methods=["GET"]))
