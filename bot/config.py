@@ -293,12 +293,16 @@ def _webhook(telegram: Mapping[str, Any], http: Mapping[str, Any],
 
 
 def _check_webhook_url(url: str) -> None:
+    _check_https_url(url, "telegram.webhook_url", "Telegram posts only to https")
+
+
+def _check_https_url(url: str, key: str, why: str) -> None:
+    """An ``https://`` URL with a host and no query or fragment."""
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname:
-        raise ConfigError(f"telegram.webhook_url: must be an https:// URL (Telegram posts "
-                          f"only to https), got {url!r}")
+        raise ConfigError(f"{key}: must be an https:// URL ({why}), got {url!r}")
     if parts.query or parts.fragment:
-        raise ConfigError("telegram.webhook_url: must have no query or fragment")
+        raise ConfigError(f"{key}: must have no query or fragment")
 
 
 def _webapp(webapp: Mapping[str, Any], http: Mapping[str, Any]) -> WebAppConfig | None:
@@ -313,12 +317,7 @@ def _webapp(webapp: Mapping[str, Any], http: Mapping[str, Any]) -> WebAppConfig 
         if short_name:
             raise ConfigError("webapp.short_name: set webapp.url too (the Mini App's address)")
         return None
-    parts = urlsplit(url)
-    if parts.scheme != "https" or not parts.hostname:
-        raise ConfigError(f"webapp.url: must be an https:// URL (Telegram opens Mini Apps "
-                          f"only over https), got {url!r}")
-    if parts.query or parts.fragment:
-        raise ConfigError("webapp.url: must have no query or fragment")
+    _check_https_url(url, "webapp.url", "Telegram opens Mini Apps only over https")
     host, port = _listen(_string(http, "http.listen", DEFAULT_LISTEN))
     return WebAppConfig(url=url.rstrip("/"), short_name=short_name, host=host, port=port)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -13,6 +14,8 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from test_playground_browser import CHROMIUM, CHROMIUM_ARGS
 from test_webapp import SECRET, init_data, ref_of, secret_approval, webapp_bot
 from world import ADA, World, approval, make_world
+
+from bot.app import Running
 
 TIMEOUT_MS = 30_000
 
@@ -28,22 +31,29 @@ async def browser() -> AsyncIterator[Browser]:
             await chromium.close()
 
 
-async def open_app(browser: Browser, world: World, app: str, ref: str, user: int) -> Page:
+async def open_app(browser: Browser, world: World, app: str, ref: str, user: int,
+                   data: str | None = None) -> Page:
+    """The app as Telegram opens it for ``user`` (or with the ``initData`` in ``data``)."""
     page = await browser.new_page()
     # Telegram's script would come from telegram.org: the page works without it.
     await page.route("https://telegram.org/**", lambda route: route.abort())
-    await page.goto(f"{app}?ref={ref}#tgWebAppData={quote(init_data(world, user))}"
-                    "&tgWebAppVersion=8.0")
+    data = data if data is not None else init_data(world, user)
+    await page.goto(f"{app}?ref={ref}#tgWebAppData={quote(data)}&tgWebAppVersion=8.0")
     return page
+
+
+async def posted(world: World, running: Running, item: dict[str, Any], needle: str) -> str:
+    """Pair with Ada's chat, have the agent ask ``item``, and the reference of its card."""
+    await world.pair(ADA)
+    world.agent.submit_approval(item)
+    return await ref_of(running, ADA, await world.wait_card(ADA, needle))
 
 
 async def test_the_details_show_everything_reveal_and_approve(tmp_path: Path,
                                                               browser: Browser) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
-        await world.pair(ADA)
-        world.agent.submit_approval(secret_approval("apr_page"))
-        card = await world.wait_card(ADA, "Deploy web")
-        page = await open_app(browser, world, app, await ref_of(running, ADA, card), ADA)
+        ref = await posted(world, running, secret_approval("apr_page"), "Deploy web")
+        page = await open_app(browser, world, app, ref, ADA)
         await expect(page.locator("#title")).to_have_text("Deploy web", timeout=TIMEOUT_MS)
         rows = page.locator(".diff-add")
         await expect(rows).to_have_count(3001)
@@ -65,14 +75,9 @@ async def test_the_details_show_everything_reveal_and_approve(tmp_path: Path,
 async def test_a_page_opened_with_forged_init_data_shows_nothing(tmp_path: Path,
                                                                  browser: Browser) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
-        await world.pair(ADA)
-        world.agent.submit_approval(secret_approval("apr_forged"))
-        card = await world.wait_card(ADA, "Deploy web")
-        ref = await ref_of(running, ADA, card)
-        page = await browser.new_page()
-        await page.route("https://telegram.org/**", lambda route: route.abort())
+        ref = await posted(world, running, secret_approval("apr_forged"), "Deploy web")
         forged = init_data(world, ADA).replace("hash=", "hash=0")
-        await page.goto(f"{app}?ref={ref}#tgWebAppData={quote(forged)}")
+        page = await open_app(browser, world, app, ref, ADA, forged)
         await expect(page.locator("#message")).to_contain_text("Cannot show this card",
                                                                timeout=TIMEOUT_MS)
         assert "Deploy web" not in await page.content()
@@ -89,11 +94,10 @@ TWO_FILES = (
 async def test_a_diff_has_line_numbers_and_one_collapsible_part_per_file(
         tmp_path: Path, browser: Browser) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
-        await world.pair(ADA)
-        world.agent.submit_approval(approval("apr_files", summary="Two files", blocks=[
-            {"type": "block", "label": "Changes", "value": TWO_FILES, "value_type": "diff"}]))
-        card = await world.wait_card(ADA, "Two files")
-        page = await open_app(browser, world, app, await ref_of(running, ADA, card), ADA)
+        ref = await posted(world, running, approval("apr_files", summary="Two files", blocks=[
+            {"type": "block", "label": "Changes", "value": TWO_FILES, "value_type": "diff"}]),
+            "Two files")
+        page = await open_app(browser, world, app, ref, ADA)
         files = page.locator(".diff-file")
         await expect(files).to_have_count(2, timeout=TIMEOUT_MS)
         await expect(files.nth(0).locator("summary")).to_contain_text("app.py")
