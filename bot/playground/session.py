@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import socket
 import sys
 import tempfile
 import webbrowser
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TextIO
+from urllib.parse import urlsplit
 
 from bot.app import Bot
 from bot.config import parse_config
@@ -31,6 +33,7 @@ from bot.demo_agent import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
 from bot.playground import DEFAULT_PORT, KEY_VARIABLE
+from bot.playground.miniapp import MiniAppLinks
 from bot.playground.page import page_routes, playground_url
 from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
@@ -89,7 +92,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
         state.mkdir(mode=0o700, parents=True, exist_ok=True)
         token = f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}"
         key = secrets.token_urlsafe(24)
-        stub = _stand_in(token, key, options.port)
+        miniapp = MiniAppLinks(f"http://{LOOPBACK}:{_free_port()}/app", BOT_USERNAME, token)
+        stub = _stand_in(token, key, options.port, miniapp)
         try:
             async with stub, RelayServer(state / "relay", host=LOOPBACK) as relay:
                 identity = load_or_create_identity(state / "demo-agent.json", AGENT_NAME)
@@ -97,7 +101,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                 demo = DemoAgent(agent, out)
                 await agent.start()
                 try:
-                    config = parse_config(_config(token, stub.api_url, options), base=state)
+                    config = parse_config(_config(token, stub.api_url, options, miniapp),
+                                          base=state)
                     async with Bot(config) as running:
                         renderer = Renderer(config.templates_dir)
                         for chat_id, place in ((YOU, "your private chat"),
@@ -137,7 +142,14 @@ def _opener(state: Path, url: str) -> Path:
     return path
 
 
-def _stand_in(token: str, key: str, port: int) -> TelegramStub:
+def _free_port() -> int:
+    """A loopback port free now, for the bot's HTTP server (the Mini App)."""
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+def _stand_in(token: str, key: str, port: int, miniapp: MiniAppLinks) -> TelegramStub:
     stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME,
                         rate_limits=True)
     for person in (ADA, BOB, CAROL, DAVE):
@@ -148,7 +160,7 @@ def _stand_in(token: str, key: str, port: int) -> TelegramStub:
     stub.add_group(OPS_TEAM, OPS_TITLE, admins=[YOU], members=members)
     roles = {**dict.fromkeys(OPS_APPROVERS, "approver"), **dict.fromkeys(OPS_OBSERVERS,
                                                                          "observer")}
-    stub.add_routes(page_routes(stub, key=key, roles={OPS_TEAM: roles}))
+    stub.add_routes(page_routes(stub, key=key, roles={OPS_TEAM: roles}, miniapp=miniapp))
     return stub
 
 
@@ -157,8 +169,11 @@ def _user_id(person: Person) -> int:
     return person.telegram_user_id
 
 
-def _config(token: str, api_url: str, options: PlaygroundOptions) -> dict[str, object]:
+def _config(token: str, api_url: str, options: PlaygroundOptions,
+            miniapp: MiniAppLinks) -> dict[str, object]:
     return {
+        "webapp": {"url": miniapp.public_url, "short_name": miniapp.short_name},
+        "http": {"listen": urlsplit(miniapp.local_url).netloc},
         "telegram": {"token": token, "api_url": api_url, "admins": [YOU],
                      "chat_pace_seconds": options.chat_pace_s},
         "state": {"dir": "bot"},

@@ -46,6 +46,14 @@ async function call(path, method, body) {
   return { status: response.status, data };
 }
 
+// Telegram.WebApp.close(), or the same request to the page around this one without it.
+function close() {
+  if (tg) tg.close();
+  else if (window.parent !== window) {
+    window.parent.postMessage(JSON.stringify({ eventType: "web_app_close", eventData: {} }), "*");
+  }
+}
+
 function message(text) {
   root.replaceChildren(el("p", { class: "muted", id: "message" }, text));
 }
@@ -153,7 +161,7 @@ function actions(card) {
     const { status, data } = await call("/decide", "POST", body);
     if (status === 200) {
       message(`Sent: ${data.outcome} (${data.state}).`);
-      if (tg) tg.close();
+      close();
       return;
     }
     message(`Not sent: ${data.outcome || data.error || status}.`);
