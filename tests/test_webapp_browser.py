@@ -1,9 +1,13 @@
 """The Mini App's page in a real browser: Playwright driving Debian's Chromium against the
 real bot's HTTP server on loopback, opened as Telegram opens it (``initData`` in the
-address's ``#tgWebAppData``, signed with the bot's token)."""
+address's ``#tgWebAppData``, signed with the bot's token).
+
+The diff test takes the picture docs/miniapp.md shows, ``docs/miniapp.png``; it writes it
+there when ``SKALD_UPDATE_SCREENSHOT=1`` is set."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from world import ADA, World, approval, make_world
 from bot.app import Running
 
 TIMEOUT_MS = 30_000
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "miniapp.png"
 
 
 @pytest.fixture
@@ -34,7 +39,7 @@ async def browser() -> AsyncIterator[Browser]:
 async def open_app(browser: Browser, world: World, app: str, ref: str, user: int,
                    data: str | None = None) -> Page:
     """The app as Telegram opens it for ``user`` (or with the ``initData`` in ``data``)."""
-    page = await browser.new_page()
+    page = await browser.new_page(viewport={"width": 420, "height": 760})
     # Telegram's script would come from telegram.org: the page works without it.
     await page.route("https://telegram.org/**", lambda route: route.abort())
     data = data if data is not None else init_data(world, user)
@@ -106,5 +111,9 @@ async def test_a_diff_has_line_numbers_and_one_collapsible_part_per_file(
         await expect(added.nth(1)).to_have_text("11")
         await expect(files.nth(0).locator(".diff-del td").nth(0)).to_have_text("11")
         await expect(files.nth(1).locator(".diff-add td").nth(1)).to_have_text("1")
+        picture = await page.screenshot()
+        assert picture.startswith(b"\x89PNG")
+        if os.environ.get("SKALD_UPDATE_SCREENSHOT") == "1":
+            SCREENSHOT.write_bytes(picture)
         await files.nth(0).locator("summary").click()
         await expect(added.nth(2)).to_be_hidden()
