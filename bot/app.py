@@ -12,13 +12,14 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from starlette.routing import BaseRoute
 from telegram import Chat, LinkPreviewOptions, User
 from telegram import error as tg_error
 from telegram.ext import Application, ApplicationBuilder, Defaults
 
 from bot.bridge import PAIRING_TIMEOUT_S, Bridge, Changes, wait_until_paired
 from bot.clock import SYSTEM_CLOCK, Clock
-from bot.config import Config, WebhookConfig
+from bot.config import Config
 from bot.errors import BotApiError, BotFailed, StoreError
 from bot.health import HEARTBEAT_S, remove_status, write_status
 from bot.heap import keep_large_buffers
@@ -38,7 +39,8 @@ from bot.tg.notes import NoteWorker
 from bot.tg.ratelimit import BotRateLimiter
 from bot.tg.timers import Timers
 from bot.tg.update_inbox import UpdateInbox
-from bot.tg.webhook import WebhookServer
+from bot.tg.webapp import WebAppContext, webapp_routes
+from bot.tg.webhook import HttpServer, webhook_routes
 from bot.tg.worker import CardWorker
 
 log = logging.getLogger(__name__)
@@ -168,7 +170,7 @@ class Bot:
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
         approvers = ApproverLookup(bot=application.bot, bridge=bridge)
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
-                            clock=self._clock)
+                            clock=self._clock, bot_username=username or "")
         timers = Timers(bridge=bridge, gateway=gateway, renderer=renderer,
                         approvers=approvers.of, redraw=worker.wake, turns=worker.turns,
                         clock=self._clock)
@@ -219,21 +221,35 @@ class Bot:
                                       "update handler")
         else:
             stack.push_async_callback(running.supervisor.stop, "update handler")
-            await _serve_webhook(config.webhook, inbox, stack)
+        await _serve_http(config, inbox, stack,
+                          WebAppContext(config.token, bridge, approvers, application.bot,
+                                        pool.act_on))
+        if config.webhook is not None:
+            await inbox.set_webhook(config.webhook.url, config.webhook.secret)
         log.info("bot @%s is running as device %s; %d relay session(s)", username,
                  identity.id, len(pool.statuses()))
         return running
 
 
-async def _serve_webhook(webhook: WebhookConfig, inbox: UpdateInbox,
-                         stack: contextlib.AsyncExitStack) -> None:
-    """Listen for Telegram's posts, then tell Telegram where to post; stopped before the
-    update handler, so that no update is taken on while the rest shuts down."""
-    redact_value(webhook.secret)
-    server = WebhookServer(webhook, inbox)
+async def _serve_http(config: Config, inbox: UpdateInbox, stack: contextlib.AsyncExitStack,
+                      webapp: WebAppContext) -> None:
+    """Serve the webhook (in webhook mode) and the Mini App (with ``webapp.url``) on
+    ``http.listen``; stopped before the update handler, so that no update is taken on
+    while the rest shuts down. Nothing listens when neither is on."""
+    routes: list[BaseRoute] = []
+    listen = None
+    if config.webhook is not None:
+        redact_value(config.webhook.secret)
+        routes += webhook_routes(config.webhook, inbox)
+        listen = config.webhook.host, config.webhook.port
+    if config.webapp is not None:
+        routes += webapp_routes(config.webapp, webapp)
+        listen = config.webapp.host, config.webapp.port
+    if listen is None:
+        return
+    server = HttpServer(*listen, routes)
     await server.start()
     stack.push_async_callback(server.stop)
-    await inbox.set_webhook(webhook.url, webhook.secret)
 
 
 def _watch_store(store: Store, supervisor: Supervisor, clock: Clock) -> None:

@@ -30,6 +30,8 @@ DEFAULT_API_URL = "https://api.telegram.org"
 DEFAULT_LISTEN = "127.0.0.1:8443"
 WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 """What Telegram accepts as a webhook's ``secret_token``."""
+WEBAPP_SHORT_NAME = re.compile(r"[A-Za-z0-9_]{3,30}")
+"""What BotFather accepts as a Mini App's short name."""
 DEFAULT_GRANT_MINUTES = 30
 MAX_GRANT_MINUTES = 24 * 60
 
@@ -88,6 +90,23 @@ class WebhookConfig:
 
 
 @dataclass(frozen=True)
+class WebAppConfig:
+    """``[webapp]``: the Mini App with each card's details, served by the bot on
+    ``http.listen`` under :attr:`path` and reached by Telegram clients at :attr:`url`."""
+
+    url: str
+    short_name: str = ""
+    """The Mini App's short name at BotFather; ``""``: no Details button in groups."""
+    host: str = "127.0.0.1"
+    port: int = 8443
+
+    @property
+    def path(self) -> str:
+        """The path prefix the app is served under (``""`` for the root)."""
+        return urlsplit(self.url).path.rstrip("/")
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything the bot needs to run."""
 
@@ -103,6 +122,8 @@ class Config:
     source: Path | None = None
     webhook: WebhookConfig | None = None
     """Set in webhook mode; ``None``: long polling."""
+    webapp: WebAppConfig | None = None
+    """Set when ``webapp.url`` is: the Mini App with each card's details."""
 
     @property
     def identity_path(self) -> Path:
@@ -205,7 +226,8 @@ def _token_from_file(environ: Mapping[str, str]) -> str:
 
 def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:
     """Validate a decoded TOML document. Relative paths are taken from ``base``."""
-    _only_keys(data, "", {"telegram", "state", "chats", "templates", "device", "http"})
+    _only_keys(data, "", {"telegram", "state", "chats", "templates", "device", "http",
+                          "webapp"})
     telegram = _table(data, "telegram")
     _only_keys(telegram, "telegram.",
                {"token", "api_url", "admins", "chat_pace_seconds", "timezone", "mode",
@@ -248,6 +270,7 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
         timezone=_timezone(telegram, "telegram.timezone") or "UTC",
         source=source,
         webhook=_webhook(telegram, http, base),
+        webapp=_webapp(_table(data, "webapp"), http),
     )
 
 
@@ -275,12 +298,33 @@ def _webhook(telegram: Mapping[str, Any], http: Mapping[str, Any],
 
 
 def _check_webhook_url(url: str) -> None:
+    _check_https_url(url, "telegram.webhook_url", "Telegram posts only to https")
+
+
+def _check_https_url(url: str, key: str, why: str) -> None:
+    """An ``https://`` URL with a host and no query or fragment."""
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname:
-        raise ConfigError(f"telegram.webhook_url: must be an https:// URL (Telegram posts "
-                          f"only to https), got {url!r}")
+        raise ConfigError(f"{key}: must be an https:// URL ({why}), got {url!r}")
     if parts.query or parts.fragment:
-        raise ConfigError("telegram.webhook_url: must have no query or fragment")
+        raise ConfigError(f"{key}: must have no query or fragment")
+
+
+def _webapp(webapp: Mapping[str, Any], http: Mapping[str, Any]) -> WebAppConfig | None:
+    """The Mini App's settings, or ``None`` without ``webapp.url``."""
+    _only_keys(webapp, "webapp.", {"url", "short_name"})
+    url = _string(webapp, "webapp.url", "")
+    short_name = _string(webapp, "webapp.short_name", "")
+    if short_name and not WEBAPP_SHORT_NAME.fullmatch(short_name):
+        raise ConfigError("webapp.short_name: must be the Mini App's short name at BotFather "
+                          f"(3 to 30 characters of A-Z, a-z, 0-9 and _), got {short_name!r}")
+    if not url:
+        if short_name:
+            raise ConfigError("webapp.short_name: set webapp.url too (the Mini App's address)")
+        return None
+    _check_https_url(url, "webapp.url", "Telegram opens Mini Apps only over https")
+    host, port = _listen(_string(http, "http.listen", DEFAULT_LISTEN))
+    return WebAppConfig(url=url.rstrip("/"), short_name=short_name, host=host, port=port)
 
 
 def _webhook_secret(telegram: Mapping[str, Any], base: Path) -> str | None:

@@ -1,7 +1,8 @@
 """The checks of ``skald-telegram doctor``: check a setup and say how to fix what is wrong.
 
 Each check gives one :class:`Check`: the configuration, the token (``getMe``), in webhook
-mode the webhook (its settings, and that its address can be listened on), each relay of the
+mode the webhook (its settings, and that its address can be listened on), with
+``webapp.url`` the Mini App (its address, and that the running bot serves it), each relay of the
 paired agents (connect and authenticate), the state folder's permissions, the key file's
 mode and the SQLite schema version. The exit code is 0 only if every check passes.
 """
@@ -17,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import httpx
 import telegram
 from telegram import error as tg_error
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, InvalidURI, WebSocketException
 
-from bot.config import Config, WebhookConfig, config_path, load_config
+from bot.config import Config, WebAppConfig, WebhookConfig, config_path, load_config
 from bot.errors import (
     BotApiError,
     ConfigError,
@@ -43,6 +45,7 @@ from bot.tg.webhook import bind
 
 RELAY_TIMEOUT_S: Final = 5.0
 TOKEN_TIMEOUT_S: Final = 10.0
+WEBAPP_TIMEOUT_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ async def diagnose(
     checks = [check_config(config), await check_token(config)]
     if config.webhook is not None:
         checks.append(check_webhook(config.webhook))
+    if config.webapp is not None:
+        checks.append(await check_webapp(config.webapp))
     checks.append(check_state_dir(config.state_dir))
     if not _searchable(config.state_dir):
         skipped = "not checked: fix the state folder first"
@@ -135,6 +140,25 @@ def check_webhook(webhook: WebhookConfig) -> Check:
                      "this bot, running in webhook mode, all is well)")
     return Check("webhook", True, f"Telegram posts to {webhook.url}; the bot would listen on "
                                   f"{address}{webhook.path}")
+
+
+async def check_webapp(webapp: WebAppConfig) -> Check:
+    """The Mini App's address (checked by the configuration) and that the bot serves its
+    page on ``http.listen``: only a running bot does."""
+    host = f"[{webapp.host}]" if ":" in webapp.host else webapp.host
+    local = f"http://{host}:{webapp.port}{webapp.path}/"
+    fix = ("start the bot (it serves the Mini App on http.listen), and make the reverse "
+           f"proxy bring {webapp.url} to {local}")
+    try:
+        async with httpx.AsyncClient(timeout=WEBAPP_TIMEOUT_S) as client:
+            response = await client.get(local)
+    except httpx.HTTPError as exc:
+        return Check("webapp", False, f"nothing answers at {local}: "
+                                      f"{exc or type(exc).__name__}", fix)
+    if response.status_code != 200 or 'name="skald-base"' not in response.text:
+        return Check("webapp", False, f"{local} answers HTTP {response.status_code} but not "
+                                      "with the Mini App", fix)
+    return Check("webapp", True, f"{webapp.url} is served by the bot at {local}")
 
 
 def check_state_dir(path: Path) -> Check:

@@ -103,6 +103,10 @@ class RelayError(SkaldError):
     """The relay connection failed or the relay answered with an error."""
 
 
+class InitDataError(SkaldError):
+    """A Mini App's ``initData`` that is forged, stale, for another bot or malformed."""
+
+
 class BotApiError(SkaldError):
     """A Telegram Bot API call failed in a way the caller must handle."""
 

@@ -244,3 +244,38 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         context.close()
     assert terminal.stop() == 0
     assert SECRET not in "\n".join(terminal.lines)
+
+
+def test_details_open_the_mini_app_beside_the_chat(browser: Browser, terminal: Terminal) -> None:
+    url = terminal.wait_for(r"Open (http://127\.0\.0\.1:\d+/\?key=[\w-]+)").group(1)
+    context = browser.new_context(viewport={"width": 1400, "height": 860})
+    context.set_default_timeout(TIMEOUT_S * 1000)
+    expect.set_options(timeout=TIMEOUT_S * 1000)
+    # Telegram's script would come from telegram.org: the app works without it.
+    context.route("https://telegram.org/**", lambda route: route.abort())
+    page = context.new_page()
+    try:
+        page.goto(url)
+        app = page.frame_locator("#miniapp-frame")
+        # In the private chat, a web_app button; the app shows the whole card.
+        email = page.locator(".message", has_text="Send the Q3 estimate").first
+        email.get_by_role("button", name="Details").click()
+        expect(page.locator("#miniapp")).to_be_visible()
+        expect(app.locator("#title")).to_contain_text("Send the Q3 estimate")
+        expect(app.locator("#arguments")).to_be_visible()
+        # Approving in the app is a decision like a tap: the card is edited, the app closes.
+        app.locator("#approve").click()
+        expect(email).to_contain_text("✅ Approved by Ada Lovelace")
+        expect(page.locator("#miniapp")).to_be_hidden()
+        terminal.wait_for(r"✅ approved send_email by Ada Lovelace \(@ada\)")
+
+        # In the group, a Direct Link; an observer sees the card but cannot decide.
+        page.locator("#who").select_option(label="Dave Reed")
+        page.locator(".chat-item", has_text="Ops team").click()
+        shell = page.locator(".message", has_text="Rotate the logs").first
+        shell.get_by_role("button", name="Details").click()
+        expect(app.locator("#title")).to_contain_text("Rotate the logs")
+        expect(app.locator("#approve")).to_have_count(0)
+        expect(app.locator("#reveal")).to_have_count(0)
+    finally:
+        context.close()

@@ -97,6 +97,14 @@ class Bookkeeping(BridgeBase):
         """A deny-reason prompt (a ForceReply) for ``user_id`` went out for a card."""
         self._store.cards.add_prompt(chat_id, message_id, card_id, user_id)
 
+    def secret_revealed(self, card: CardRow, user_id: int, name: str) -> None:
+        """An approver had a card's secrets shown in the Mini App: the audit trail says
+        who and when."""
+        with self._store.transaction():
+            self._store.audit.append("reveal", at=self.now_ms(), chat_id=card.chat_id,
+                                     agent_id=card.agent_id, item_id=card.item_id,
+                                     user_id=user_id, user_name=name)
+
     # -- cards as the card worker shows them ------------------------------------------------
 
     # What Telegram already shows is recorded without waiting for the disk: a killed

@@ -95,6 +95,8 @@ class CardRow:
     attachment_sent: bool
     reminder: str  # none | sent
     posted_at: int | None
+    ref: str | None = None
+    """The card's opaque reference in the Mini App's address."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from bot.playground.miniapp import MiniAppLinks
 from bot.playground.stub import ApiError, TelegramStub, bad_request
 from bot.playground.tg_html import HtmlRefused
 
@@ -48,11 +50,12 @@ Roles = Mapping[int, Mapping[int, str]]
 """Per chat id, a label for some members ("approver", "observer"), shown beside their names."""
 
 
-def page_routes(stub: TelegramStub, *, key: str,
-                roles: Roles | None = None) -> list[BaseRoute]:
+def page_routes(stub: TelegramStub, *, key: str, roles: Roles | None = None,
+                miniapp: MiniAppLinks | None = None) -> list[BaseRoute]:
     """The page's routes, to serve beside the stand-in's Bot API (``stub.add_routes``); each
-    answers only a request that carries ``key``."""
-    page = _Page(stub, roles or {})
+    answers only a request that carries ``key``. ``miniapp``: Details buttons open the
+    bot's Mini App."""
+    page = _Page(stub, roles or {}, miniapp)
     guard = _Guard(key, stub)
     return [
         Route("/", guard(page.index), methods=["GET"]),
@@ -63,6 +66,7 @@ def page_routes(stub: TelegramStub, *, key: str,
         Route("/playground/files/{file_id}", guard(page.file), methods=["GET"]),
         Route("/playground/bot", guard(page.bot), methods=["GET"]),
         Route("/playground/bot/{method}", guard(page.bot_call), methods=["POST"]),
+        Route("/playground/webapp", guard(page.webapp), methods=["POST"]),
     ]
 
 
@@ -105,8 +109,10 @@ def _refused(request: Request) -> Response:
 
 
 class _Page:
-    def __init__(self, stub: TelegramStub, roles: Roles) -> None:
+    def __init__(self, stub: TelegramStub, roles: Roles,
+                 miniapp: MiniAppLinks | None) -> None:
         self.stub = stub
+        self.miniapp = miniapp
         self.roles = {str(chat): {str(u): label for u, label in members.items()}
                       for chat, members in roles.items()}
 
@@ -185,6 +191,23 @@ class _Page:
         answer = await self.stub.answer_of(query_id, ANSWER_WAIT_S)
         result = {k: answer[k] for k in ("text", "show_alert", "url") if answer and k in answer}
         return JSONResponse({"ok": True, "result": result})
+
+    async def webapp(self, request: Request) -> Response:
+        """Where the page opens a Mini App button's ``link`` for ``user_id`` in
+        ``chat_id``: the bot's local app address with signed ``initData``."""
+        try:
+            body = await _json_body(request)
+            chat_id, user_id, link = _int(body, "chat_id"), _int(body, "user_id"), body.get("link")
+            self._check_member(chat_id, user_id)
+            chat = self.stub.world.chat(chat_id)
+            opened = None if self.miniapp is None or not isinstance(link, str) else \
+                self.miniapp.open(link, user=self.stub.world.user(user_id),
+                                  chat_type=chat.type, now=time.time())
+            if opened is None:
+                raise bad_request("not a Mini App of this bot")
+        except ApiError as error:
+            return JSONResponse(error.payload(), status_code=error.error_code)
+        return JSONResponse({"ok": True, "result": opened}, headers={"Cache-Control": "no-store"})
 
     async def bot(self, request: Request) -> Response:
         """The chats a local tool posting as the playground's bot (``render --playground``)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TextIO
+from urllib.parse import urlsplit
 
 from bot.app import Bot
 from bot.config import parse_config
@@ -33,6 +34,7 @@ from bot.demo_agent import AGENT_NAME, DemoAgent, pair_chat, quiet_logs
 from bot.errors import SkaldError
 from bot.keyfile import load_or_create_identity
 from bot.playground import DEFAULT_PORT, KEY_VARIABLE
+from bot.playground.miniapp import MiniAppLinks
 from bot.playground.page import page_routes, playground_url
 from bot.playground.stub import LOOPBACK, TelegramStub
 from bot.protocol.payloads import Person
@@ -96,7 +98,9 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                       lambda: f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}")
         relay_port = int(_kept(state / RELAY_PORT_FILE, lambda: str(_free_port())))
         key = secrets.token_urlsafe(24)
-        stub = _stand_in(token, key, options.port)
+        miniapp_port = int(_kept(state / MINIAPP_PORT_FILE, lambda: str(_free_port())))
+        miniapp = MiniAppLinks(f"http://{LOOPBACK}:{miniapp_port}/app", BOT_USERNAME, token)
+        stub = _stand_in(token, key, options.port, miniapp)
         try:
             async with stub, RelayServer(state / "relay", host=LOOPBACK,
                                          port=relay_port) as relay:
@@ -105,7 +109,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
                 demo = DemoAgent(agent, out)
                 await agent.start()
                 try:
-                    config = parse_config(_config(token, stub.api_url, options), base=state)
+                    config = parse_config(_config(token, stub.api_url, options, miniapp),
+                                          base=state)
                     async with Bot(config) as running:
                         renderer = Renderer(config.templates_dir)
                         for chat_id, place in ((YOU, "your private chat"),
@@ -148,6 +153,8 @@ async def run_playground(options: PlaygroundOptions, *, stop: asyncio.Event,
 
 TOKEN_FILE: Final = "bot-token"
 RELAY_PORT_FILE: Final = "relay-port"
+MINIAPP_PORT_FILE: Final = "miniapp-port"
+"""The ports kept in the state folder: cards posted before a restart still link to them."""
 
 
 def default_state_dir() -> Path:
@@ -170,6 +177,7 @@ def _kept(path: Path, make: Callable[[], str]) -> str:
 
 
 def _free_port() -> int:
+    """A loopback port free now."""
     with socket.socket() as probe:
         probe.bind((LOOPBACK, 0))
         port: int = probe.getsockname()[1]
@@ -186,7 +194,7 @@ def _opener(state: Path, url: str) -> Path:
     return path
 
 
-def _stand_in(token: str, key: str, port: int) -> TelegramStub:
+def _stand_in(token: str, key: str, port: int, miniapp: MiniAppLinks) -> TelegramStub:
     stub = TelegramStub(token, port=port, bot_name=BOT_NAME, bot_username=BOT_USERNAME,
                         rate_limits=True)
     for person in (ADA, BOB, CAROL, DAVE):
@@ -197,7 +205,7 @@ def _stand_in(token: str, key: str, port: int) -> TelegramStub:
     stub.add_group(OPS_TEAM, OPS_TITLE, admins=[YOU], members=members)
     roles = {**dict.fromkeys(OPS_APPROVERS, "approver"), **dict.fromkeys(OPS_OBSERVERS,
                                                                          "observer")}
-    stub.add_routes(page_routes(stub, key=key, roles={OPS_TEAM: roles}))
+    stub.add_routes(page_routes(stub, key=key, roles={OPS_TEAM: roles}, miniapp=miniapp))
     return stub
 
 
@@ -206,8 +214,11 @@ def _user_id(person: Person) -> int:
     return person.telegram_user_id
 
 
-def _config(token: str, api_url: str, options: PlaygroundOptions) -> dict[str, object]:
+def _config(token: str, api_url: str, options: PlaygroundOptions,
+            miniapp: MiniAppLinks) -> dict[str, object]:
     return {
+        "webapp": {"url": miniapp.public_url, "short_name": miniapp.short_name},
+        "http": {"listen": urlsplit(miniapp.local_url).netloc},
         "telegram": {"token": token, "api_url": api_url, "admins": [YOU],
                      "chat_pace_seconds": options.chat_pace_s},
         "state": {"dir": "bot"},

@@ -7,6 +7,7 @@ worker clears it once the message shows the current state.
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 
 from bot.core.model import CardRow, Vote
@@ -25,6 +26,11 @@ class CardsView:
 
     def by_token(self, token: str) -> CardRow | None:
         row = self._db.one("SELECT * FROM cards WHERE token = ?", (token,))
+        return _card(row) if row else None
+
+    def by_ref(self, ref: str) -> CardRow | None:
+        """The card with the Mini App reference ``ref``."""
+        row = self._db.one("SELECT * FROM cards WHERE ref = ?", (ref,))
         return _card(row) if row else None
 
     def by_message(self, chat_id: int, message_id: int) -> CardRow | None:
@@ -101,11 +107,12 @@ class Cards(CardsView):
 
     def add_many(self, cards: list[tuple[str, str, int, int | None, str]]) -> None:
         """Plan cards, each ``(agent_id, item_id, chat_id, topic_id, token)``: one for an
-        item in a chat (a chat that already has one keeps it)."""
+        item in a chat (a chat that already has one keeps it), each with a random
+        reference for the Mini App."""
         self._db.run_many(
-            "INSERT OR IGNORE INTO cards (agent_id, item_id, chat_id, topic_id, token)"
-            " VALUES (?, ?, ?, ?, ?)",
-            cards,
+            "INSERT OR IGNORE INTO cards (agent_id, item_id, chat_id, topic_id, token, ref)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [(*card, new_ref()) for card in cards],
         )
 
     def sending(self, card_id: int, now_ms: int) -> None:
@@ -164,6 +171,11 @@ class Cards(CardsView):
             " VALUES (?, ?, ?, ?)",
             (chat_id, message_id, card_id, user_id),
         )
+
+
+def new_ref() -> str:
+    """A card's Mini App reference: 16 random bytes, URL-safe (what ``startapp`` takes)."""
+    return secrets.token_urlsafe(16)
 
 
 def _card(row: sqlite3.Row) -> CardRow:

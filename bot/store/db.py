@@ -267,6 +267,10 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
             PRIMARY KEY (digest_id, version, seq)
         )""",
     ),
+    # Each card's opaque reference for the Mini App (never its item id or button token).
+    ("ALTER TABLE cards ADD COLUMN ref TEXT",
+     "UPDATE cards SET ref = lower(hex(randomblob(16)))",
+     "CREATE UNIQUE INDEX IF NOT EXISTS cards_ref ON cards (ref)"),
 )
 """The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -22,13 +22,14 @@ from telegram import (
     InputFile,
     Message,
     ReplyParameters,
+    WebAppInfo,
 )
 from telegram import error as tg_error
 from telegram.constants import ParseMode
 
 from bot.core.model import ChatKind
 from bot.errors import BotApiError, ChatMoved, ChatUnavailable, MessageGone, Throttled
-from bot.tg.keyboards import Keyboard
+from bot.tg.keyboards import Button, Keyboard
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,15 @@ T = TypeVar("T")
 
 def markup(keyboard: Keyboard) -> InlineKeyboardMarkup:
     """The Bot API form of a keyboard."""
-    return InlineKeyboardMarkup(
-        [
-            [InlineKeyboardButton(b.label, callback_data=b.data, style=b.style) for b in row]
-            for row in keyboard
-        ]
-    )
+    return InlineKeyboardMarkup([[_button(b) for b in row] for row in keyboard])
+
+
+def _button(button: Button) -> InlineKeyboardButton:
+    if button.link is not None and button.web_app:
+        return InlineKeyboardButton(button.label, web_app=WebAppInfo(button.link))
+    if button.link is not None:
+        return InlineKeyboardButton(button.label, url=button.link)
+    return InlineKeyboardButton(button.label, callback_data=button.data, style=button.style)
 
 
 def _reply_to(message_id: int | None) -> ReplyParameters | None:

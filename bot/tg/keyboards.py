@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from bot.config import WebAppConfig
 from bot.core.model import CardRow, ItemRow, Vote
 from bot.core.policy import Action
 from bot.hidden import strip
@@ -20,15 +21,19 @@ MAX_CALLBACK_BYTES = 64
 MAX_OPTION_BUTTONS = 24
 MAX_OPTION_LABEL = 40
 MAX_GRANT_LABEL = 48
+DETAILS_LABEL = "🔍 Details"
 
 
 @dataclass(frozen=True)
 class Button:
-    """One inline button: its label, opaque callback data and optional colour style."""
+    """One inline button: its label, opaque callback data and optional colour style; or,
+    with ``link``, a button opening that address (as a Mini App when ``web_app``)."""
 
     label: str
     data: str
     style: str | None = None
+    link: str | None = None
+    web_app: bool = False
 
 
 Keyboard = tuple[tuple[Button, ...], ...]
@@ -75,11 +80,40 @@ def keyboard(
     required: int,
     bound: bool = True,
     grant: tuple[str, int] | None = None,
+    details: Button | None = None,
 ) -> Keyboard:
     """The buttons a card carries now; none once the item is closed or unbound here.
-    ``grant`` (label, minutes) adds "Approve + {label} for {minutes} min"."""
+    ``grant`` (label, minutes) adds "Approve + {label} for {minutes} min"; ``details``
+    (:func:`details_button`) comes last."""
     if item.state != "open" or not bound:
         return ()
+    rows = _decision_rows(item, card, votes=votes, required=required, grant=grant)
+    return (*rows, (details,)) if details is not None else rows
+
+
+def details_button(card: CardRow, webapp: WebAppConfig | None,
+                   bot_username: str) -> Button | None:
+    """The "🔍 Details" button opening the Mini App on the card: a ``web_app`` button in a
+    private chat; in a group (where Telegram allows none) a link to the app's Direct Link,
+    which needs ``webapp.short_name``. None without the app or the card's reference."""
+    if webapp is None or card.ref is None:
+        return None
+    if card.chat_id > 0:
+        return Button(DETAILS_LABEL, "", link=f"{webapp.url}?ref={card.ref}", web_app=True)
+    if not webapp.short_name or not bot_username:
+        return None
+    return Button(DETAILS_LABEL, "",
+                  link=f"https://t.me/{bot_username}/{webapp.short_name}?startapp={card.ref}")
+
+
+def _decision_rows(
+    item: ItemRow,
+    card: CardRow,
+    *,
+    votes: list[Vote],
+    required: int,
+    grant: tuple[str, int] | None,
+) -> Keyboard:
     if item.kind == "clarification":
         question = parse_clarification(json.loads(item.body_json))
         buttons = [

@@ -1,4 +1,5 @@
-"""Webhook mode: the endpoint Telegram posts updates to, served by uvicorn in the bot's loop.
+"""Webhook mode: the endpoint Telegram posts updates to, served by uvicorn in the bot's loop
+(on the one HTTP server the bot has, shared with the Mini App).
 
 Each request must carry the secret given to ``setWebhook`` in
 ``X-Telegram-Bot-Api-Secret-Token`` (compared in constant time; 403 otherwise). Its body is
@@ -22,7 +23,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from bot.config import WebhookConfig
 from bot.errors import BotApiError, StoreError
@@ -114,33 +115,36 @@ class _Server(uvicorn.Server):
         yield
 
 
-class WebhookServer:
-    """Serves :class:`WebhookEndpoint` on ``http.listen`` from :meth:`start` until
-    :meth:`stop`."""
+def webhook_routes(config: WebhookConfig, inbox: UpdateInbox) -> list[BaseRoute]:
+    """The webhook endpoint's route, for :class:`HttpServer`."""
+    endpoint = WebhookEndpoint(inbox, config.secret)
+    return [Route(config.path, endpoint.answer, methods=["POST"])]
 
-    def __init__(self, config: WebhookConfig, inbox: UpdateInbox) -> None:
-        self._config = config
-        endpoint = WebhookEndpoint(inbox, config.secret)
-        app = Starlette(routes=[Route(config.path, endpoint.answer, methods=["POST"])])
+
+class HttpServer:
+    """Serves ``routes`` (the webhook's, the Mini App's) on ``http.listen`` from
+    :meth:`start` until :meth:`stop`."""
+
+    def __init__(self, host: str, port: int, routes: list[BaseRoute]) -> None:
+        self._host, self._port = host, port
         # log_config=None: uvicorn's lines go through the bot's own logging (and its
         # redaction) instead of handlers of its own.
         self._server = _Server(uvicorn.Config(
-            app, log_config=None, log_level="warning", access_log=False, lifespan="off",
-            timeout_graceful_shutdown=2))
+            Starlette(routes=routes), log_config=None, log_level="warning", access_log=False,
+            lifespan="off", timeout_graceful_shutdown=2))
         self._serving: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Listen, or BotApiError saying why the address cannot be taken."""
-        listener = bind(self._config.host, self._config.port)
+        listener = bind(self._host, self._port)
         self._serving = asyncio.create_task(self._server.serve(sockets=[listener]))
         async with asyncio.timeout(START_TIMEOUT_S):
             while not self._server.started:
                 if self._serving.done():
                     await self._serving
-                    raise BotApiError("the webhook server stopped while starting")
+                    raise BotApiError("the HTTP server stopped while starting")
                 await asyncio.sleep(0.01)
-        log.info("webhook endpoint listening on %s:%d%s", self._config.host,
-                 self._config.port, self._config.path)
+        log.info("HTTP server listening on %s:%d", self._host, self._port)
 
     async def stop(self) -> None:
         if self._serving is not None:

@@ -39,7 +39,7 @@ from bot.errors import (
 from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer, render_card
 from bot.tg.gateway import Gateway
-from bot.tg.keyboards import keyboard
+from bot.tg.keyboards import details_button, keyboard
 from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
 
 log = logging.getLogger(__name__)
@@ -69,8 +69,10 @@ class CardWorker:
         renderer: Renderer,
         config: Config,
         clock: Clock,
+        bot_username: str = "",
     ) -> None:
         self._bridge = bridge
+        self._bot_username = bot_username
         self._view = bridge.view
         self._gateway = gateway
         self._renderer = renderer
@@ -285,7 +287,9 @@ class CardWorker:
             else None
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound,
-                           grant=(offer.label, minutes) if offer and minutes else None)
+                           grant=(offer.label, minutes) if offer and minutes else None,
+                           details=details_button(card, self._config.webapp,
+                                                  self._bot_username))
         message_id = card.message_id
         if message_id is None:
             self._reserve(card)

@@ -201,7 +201,13 @@ function renderButton(message, button) {
   el.type = "button";
   el.className = `inline-button ${button.style || ""}`.trim();
   el.textContent = button.text;
-  if (button.url) {
+  if (button.web_app) {
+    el.classList.add("web-app");
+    el.addEventListener("click", () => openMiniApp(message, button.web_app.url));
+  } else if (button.url && button.url.startsWith("https://t.me/")) {
+    el.classList.add("url");
+    el.addEventListener("click", () => openMiniApp(message, button.url, true));
+  } else if (button.url) {
     el.classList.add("url");
     el.addEventListener("click", () => window.open(button.url, "_blank", "noopener"));
   } else if (button.copy_text) {
@@ -339,6 +345,33 @@ async function send(text) {
   return true;
 }
 
+// A Mini App opens in the panel beside the chat, with initData the playground signs with
+// its bot token for the person chosen in "You are", as Telegram would.
+async function openMiniApp(message, link, orElseOpen) {
+  try {
+    const src = await post("/playground/webapp", {
+      chat_id: message.chat.id, user_id: state.me, link,
+    });
+    $("miniapp-frame").src = src;
+    $("miniapp").hidden = false;
+  } catch (error) {
+    if (orElseOpen) window.open(link, "_blank", "noopener");
+    else toast(error.message);
+  }
+}
+
+function closeMiniApp() {
+  $("miniapp").hidden = true;
+  $("miniapp-frame").src = "about:blank";
+}
+
+window.addEventListener("message", (event) => {
+  if (event.source !== $("miniapp-frame").contentWindow) return;
+  try {
+    if (JSON.parse(event.data).eventType === "web_app_close") closeMiniApp();
+  } catch (_) { /* not a Mini App event */ }
+});
+
 async function tap(message, data, button) {
   button.classList.add("pending");
   try {
@@ -417,6 +450,7 @@ function connect() {
 function wire() {
   // The key came in the address once and is kept in a cookie since: keep it off the screen.
   if (new URLSearchParams(location.search).has("key")) history.replaceState(null, "", "/");
+  $("miniapp-close").addEventListener("click", closeMiniApp);
   $("who").addEventListener("change", () => { state.me = Number($("who").value); renderWorld(); });
   $("composer").addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -163,7 +163,7 @@ class BotApi:
         document: StoredDocument | None = None,
     ) -> StoredMessage:
         """Store what the bot sent, with the markup, thread and reply its request asks for."""
-        markup = checked_markup(params.get("reply_markup"))
+        markup = checked_markup(params.get("reply_markup"), private=chat.type == "private")
         return self.world.store(
             chat,
             from_id=self.world.bot_id,
@@ -185,7 +185,7 @@ class BotApi:
         if not isinstance(text, str) or not text:
             raise bad_request("message text is empty")
         visible, entities = parse_text(text, params.get("parse_mode"), caption=False)
-        markup = inline_markup(params.get("reply_markup"))
+        markup = inline_markup(params.get("reply_markup"), private=self._private(message))
         if (visible, entities, markup) == (message.text, message.entities, message.reply_markup):
             raise ApiError(400, _NOT_MODIFIED)
         self._edit(message, markup, (visible, text, entities))
@@ -193,7 +193,7 @@ class BotApi:
 
     async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> Any:
         message = self._message_to_edit(params)
-        markup = inline_markup(params.get("reply_markup"))
+        markup = inline_markup(params.get("reply_markup"), private=self._private(message))
         if markup == message.reply_markup:
             raise ApiError(400, _NOT_MODIFIED)
         self._edit(message, markup)
@@ -284,6 +284,9 @@ class BotApi:
         if chat.blocked:
             raise ApiError(403, _blocked_description(chat))
         return chat
+
+    def _private(self, message: StoredMessage) -> bool:
+        return self.world.chat(message.chat_id).type == "private"
 
     def _message_to_edit(self, params: dict[str, Any]) -> StoredMessage:
         if "inline_message_id" in params:

@@ -35,14 +35,15 @@ def parse_text(text: str, parse_mode: Any, *, caption: bool) -> tuple[str, list[
         raise ApiError(400, refused.description) from None
 
 
-def checked_markup(markup: Any) -> dict[str, Any] | None:
-    """Validate any reply_markup like Telegram; an empty inline keyboard means none."""
+def checked_markup(markup: Any, *, private: bool) -> dict[str, Any] | None:
+    """Validate any reply_markup like Telegram (for a private chat or not); an empty
+    inline keyboard means none."""
     if markup is None:
         return None
     if not isinstance(markup, dict):
         raise bad_request("can't parse reply keyboard markup JSON object")
     if "inline_keyboard" in markup:
-        return inline_markup(markup)
+        return inline_markup(markup, private=private)
     if "force_reply" in markup:
         if len(markup.get("input_field_placeholder") or "") > 64:
             raise bad_request("can't parse reply keyboard markup JSON object")
@@ -52,8 +53,9 @@ def checked_markup(markup: Any) -> dict[str, Any] | None:
     raise bad_request("can't parse reply keyboard markup JSON object")
 
 
-def inline_markup(markup: Any) -> dict[str, Any] | None:
-    """Validate an inline keyboard (the only markup a message keeps); None when absent."""
+def inline_markup(markup: Any, *, private: bool) -> dict[str, Any] | None:
+    """Validate an inline keyboard (the only markup a message keeps); None when absent.
+    ``web_app`` buttons are for private chats only."""
     if markup is None:
         return None
     rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
@@ -63,8 +65,18 @@ def inline_markup(markup: Any) -> dict[str, Any] | None:
         raise bad_request("reply markup is too long")
     for button in (button for row in rows for button in row):
         _check_button(button)
+        if "web_app" in button:
+            _check_web_app(button["web_app"], private=private)
     kept = [row for row in rows if row]
     return {"inline_keyboard": kept} if kept else None
+
+
+def _check_web_app(web_app: Any, *, private: bool) -> None:
+    if not private:
+        raise bad_request("BUTTON_TYPE_INVALID")
+    url = web_app.get("url") if isinstance(web_app, dict) else None
+    if not isinstance(url, str) or not url.startswith("https://") or checked_link(url) is None:
+        raise bad_request("BUTTON_URL_INVALID")
 
 
 def _check_button(button: Any) -> None:

@@ -1,0 +1,233 @@
+"""The Mini App with each card's details (``[webapp]``): its page, its static files and its
+JSON API, served on the bot's HTTP server under the path of ``webapp.url``.
+
+Every API request carries Telegram's ``initData`` (``Authorization: tma <initData>``),
+checked by :mod:`bot.tg.initdata` (401 otherwise). A card is named by its opaque ``ref``
+(404 when there is none such) and shown only to its chat's approvers and members (403
+otherwise), with secrets masked; ``…/reveal`` shows them to approvers, audited.
+``…/decide`` applies a decision or answer as a tap on the card's button would: the same
+bridge, rules, quorum and signed decision, and the chat's card is edited after it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from telegram import Bot
+from telegram import error as tg_error
+
+from bot.bridge import Bridge, Changes, TapReport
+from bot.config import WebAppConfig
+from bot.core.model import CardRow, ItemRow, parse_item
+from bot.core.policy import Action, Refused, may_decide
+from bot.errors import InitDataError
+from bot.protocol.payloads import Person
+from bot.render.details import card_details
+from bot.tg.approvers import ApproverLookup
+from bot.tg.initdata import InitData, check_init_data
+
+log = logging.getLogger(__name__)
+
+STATIC: Final = Path(__file__).parent / "webapp_static"
+STATIC_FILES: Final = frozenset({"app.js", "style.css"})
+BASE_MARK: Final = "%BASE%"
+"""Replaced in ``index.html`` by the path the app is served under."""
+AUTH_SCHEME: Final = "tma "
+MEMBER_STATUSES: Final = frozenset({"creator", "administrator", "member"})
+ACTIONS: Final = {"approve": Action.APPROVE, "deny": Action.DENY,
+                  "deny_with_reason": Action.DENY_WITH_REASON, "answer": Action.ANSWER}
+"""What ``…/decide`` takes: the buttons of a card, by name."""
+MAX_DECIDE_BYTES: Final = 16384
+MAX_TEXT_CHARS: Final = 4096
+
+
+@dataclass(frozen=True)
+class WebAppContext:
+    """What the API needs of the running bot."""
+
+    token: str
+    bridge: Bridge
+    approvers: ApproverLookup
+    bot: Bot
+    act_on: Callable[[Changes], None]
+    """Acts on what a decision changed, after its commit (as after a tap)."""
+
+
+@dataclass(frozen=True)
+class _Access:
+    """A checked request: who asks for which card, and whether they may decide it."""
+
+    user: InitData
+    card: CardRow
+    item: ItemRow
+    approver: bool
+
+
+class _Page:
+    def __init__(self, config: WebAppConfig) -> None:
+        html = (STATIC / "index.html").read_text(encoding="utf-8")
+        self._html = html.replace(BASE_MARK, config.path)
+
+    async def index(self, request: Request) -> Response:
+        return HTMLResponse(self._html, headers={"Cache-Control": "no-store"})
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC_FILES:
+            return Response("Not Found\n", status_code=404, media_type="text/plain")
+        return FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
+
+
+class _Api:
+    def __init__(self, context: WebAppContext) -> None:
+        self._context = context
+
+    async def card(self, request: Request) -> Response:
+        access = await self._access(request)
+        if isinstance(access, Response):
+            return access
+        return self._details(access, reveal=False)
+
+    async def reveal(self, request: Request) -> Response:
+        access = await self._access(request)
+        if isinstance(access, Response):
+            return access
+        if not access.approver:
+            return _error(403, "only an approver of this chat may reveal secrets")
+        self._context.bridge.secret_revealed(access.card, access.user.user_id,
+                                             access.user.first_name)
+        log.info("user %d revealed the secrets of card %d", access.user.user_id,
+                 access.card.card_id)
+        return self._details(access, reveal=True)
+
+    async def decide(self, request: Request) -> Response:
+        access = await self._access(request)
+        if isinstance(access, Response):
+            return access
+        asked = _decision(await request.body())
+        if asked is None:
+            return _error(400, 'expected {"action": "approve" | "deny" | "deny_with_reason" '
+                               '| "answer", "option": n or "text": "…"}')
+        action, option, text = asked
+        context, card = self._context, access.card
+        voters = {v.user_id for v in context.bridge.view.cards.votes(card.card_id)}
+        approvers = await context.approvers.for_decision(card.chat_id,
+                                                         {access.user.user_id, *voters})
+        report = context.bridge.tap(
+            card.token, action, chat_id=card.chat_id, approvers=approvers,
+            tapper=Person(name=access.user.full_name, telegram_user_id=access.user.user_id,
+                          username=access.user.username),
+            option=option, text=text)
+        context.act_on(report.changes)
+        log.info("Mini App %s by user %s in chat %s on %s: %s", action.name.lower(),
+                 access.user.user_id, card.chat_id, card.item_id, _outcome(report))
+        item = report.item or access.item
+        return JSONResponse({"outcome": _outcome(report), "state": item.state},
+                            status_code=409 if isinstance(report.result, Refused) else 200)
+
+    def _details(self, access: _Access, *, reveal: bool) -> Response:
+        bridge = self._context.bridge
+        peer = bridge.view.agents.peer(access.card.agent_id)
+        details = card_details(
+            parse_item(access.item), agent_name=peer.name if peer else "",
+            votes=bridge.view.cards.votes(access.card.card_id),
+            required=bridge.policy(access.card.chat_id).required_approvals, reveal=reveal)
+        details.update(state=access.item.state, approver=access.approver)
+        return JSONResponse(details, headers={"Cache-Control": "no-store"})
+
+    async def _access(self, request: Request) -> _Access | Response:
+        header = request.headers.get("authorization", "")
+        if not header.startswith(AUTH_SCHEME):
+            return _error(401, "no initData")
+        try:
+            user = check_init_data(header.removeprefix(AUTH_SCHEME), self._context.token,
+                                   self._context.bridge.now_ms() / 1000)
+        except InitDataError as exc:
+            log.warning("refused a Mini App request: %s", exc)
+            return _error(401, str(exc))
+        view = self._context.bridge.view
+        card = view.cards.by_ref(request.path_params["ref"])
+        item = view.items.get(card.agent_id, card.item_id) if card else None
+        if card is None or item is None:
+            return _error(404, "no such card")
+        approvers = await self._context.approvers.of(card.chat_id)
+        approver = may_decide(user.user_id, approvers)
+        if not approver and not await self._member(card.chat_id, user.user_id):
+            return _error(403, "not a member of this card's chat")
+        return _Access(user, card, item, approver)
+
+    async def _member(self, chat_id: int, user_id: int) -> bool:
+        """Whether the user is in the chat now; when Telegram cannot tell, they are not."""
+        if chat_id > 0:
+            return chat_id == user_id
+        try:
+            member = await self._context.bot.get_chat_member(chat_id, user_id)
+        except tg_error.TelegramError as exc:
+            log.warning("could not check user %s in chat %s (%s): not shown the card",
+                        user_id, chat_id, exc)
+            return False
+        return member.status in MEMBER_STATUSES or (
+            member.status == "restricted" and bool(getattr(member, "is_member", False)))
+
+
+def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
+    """The action, option and text a ``…/decide`` body asks for; None when it is not one.
+    A deny with reason needs its reason, an answer its option or text."""
+    if len(body) > MAX_DECIDE_BYTES:
+        return None
+    try:
+        asked = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(asked, dict) or asked.get("action") not in ACTIONS:
+        return None
+    action = ACTIONS[asked["action"]]
+    option, text = asked.get("option"), asked.get("text")
+    if option is not None and (isinstance(option, bool) or not isinstance(option, int)):
+        return None
+    if text is not None and (not isinstance(text, str) or not text.strip()
+                             or len(text) > MAX_TEXT_CHARS):
+        return None
+    if action is Action.DENY_WITH_REASON and text is None:
+        return None
+    if action is Action.ANSWER and (option is None) == (text is None):
+        return None
+    if action in (Action.APPROVE, Action.DENY) and (option, text) != (None, None):
+        return None
+    return action, option, text.strip() if text else None
+
+
+def _outcome(report: TapReport) -> str:
+    """``refused:<reason>``, ``tallied``, ``decided`` or ``answered``."""
+    result = report.result
+    if isinstance(result, Refused):
+        return f"refused:{result.reason.value}"
+    return type(result).__name__.lower()
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def webapp_routes(config: WebAppConfig, context: WebAppContext) -> list[BaseRoute]:
+    """The Mini App's routes, for :class:`bot.tg.webhook.HttpServer`."""
+    page, api = _Page(config), _Api(context)
+    base = config.path
+    routes: list[BaseRoute] = [
+        Route(f"{base}/", page.index, methods=["GET"]),
+        Route(f"{base}/static/{{name}}", page.static, methods=["GET"]),
+        Route(f"{base}/api/card/{{ref}}", api.card, methods=["GET"]),
+        Route(f"{base}/api/card/{{ref}}/reveal", api.reveal, methods=["POST"]),
+        Route(f"{base}/api/card/{{ref}}/decide", api.decide, methods=["POST"]),
+    ]
+    if base:
+        routes.append(Route(base, page.index, methods=["GET"]))
+    return routes
