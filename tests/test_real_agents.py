@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from agenthost_world import CLI, HostWorld, finished, host_world, run_cli
 from fake_model import FINAL_TEXT, FakeModel, ToolCall, fake_model
-from tapping import SLOW_MACHINE_SECONDS, approve, deny_with_reason
+from tapping import SLOW_MACHINE_SECONDS, approve, deny_with_reason, titled
 from world import ADA
 
 UPSTREAM = Path(__file__).parent / "mcp_upstream.py"
@@ -122,7 +122,7 @@ async def test_claude_code_runs_what_a_person_approves_and_shows_an_edit_as_its_
         async with fake_model(read, edit) as model:
             run = await start_agent(claude, ["-p", "turn debugging off"],
                                     agent_env(hw, home, model), project)
-            card = await approve(hw, f"Claude Code wants to edit {project}/config.py")
+            card = await approve(hw, titled(f"Claude Code wants to edit {project}/config.py"))
             assert "-DEBUG = True" in card.text and "+DEBUG = False" in card.text
             assert " HOST = 'localhost'" in card.text
             result = await finished(run, timeout=AGENT_SECONDS)
