@@ -1,10 +1,12 @@
 """A coding agent's tool call described for a person: a one-line summary and seed blocks.
 
 Pure: the current content of a file a call writes or edits comes from the ``read``
-function the caller passes (the hook reads the disk, tests pass a dictionary). A shell
+function the caller passes (the hook reads the disk, tests pass a dictionary), or for a
+filesystem MCP server's call from :attr:`ToolCall.server_file`. A shell
 command shows as ``command`` with its stated description and working directory; a write
 or an edit as the path and the unified diff it makes; a fetch as its ``url``; a search as
-its pattern and path; an MCP tool as server, tool and arguments; anything else as its
+its pattern and path; an MCP tool as server, tool and arguments (a filesystem server's
+write or edit as the diff it makes, by that server's rules); anything else as its
 arguments. Credentials become ``secret`` blocks, so the card masks them wherever they
 appear.
 """
