@@ -178,3 +178,16 @@ async def test_a_filesystem_servers_writes_show_the_diff_they_make_on_disk(
             assert "launch codes" not in card.text and "Diff" not in card.text
             assert (await call).is_error
         assert (outside / "secret.txt").read_text() == "the launch codes\n"
+
+        # Without --filesystem the gateway reads no file: the card shows the arguments.
+        async with mcp_client(hw, "mcp", "gateway", "--name", "files", "--",
+                              sys.executable, str(FILESYSTEM), str(project),
+                              name="claude-code") as session:
+            call = asyncio.create_task(session.call_tool(
+                "write_file", {"path": "config.py", "content": "PORT = 1\n"}))
+            card = await card_showing(hw, "claude-code wants to call write_file on files")
+            assert "\ncontent\nPORT = 1" in card.text and "Diff" not in card.text
+            assert "DEBUG" not in card.text
+            hw.world.tap(ADA, card, ADA, "Deny")
+            assert (await call).is_error
+        assert config.read_text() == "HOST = 'localhost'\nDEBUG = False\nPORT = 9000\n"
