@@ -191,3 +191,16 @@ async def test_a_filesystem_servers_writes_show_the_diff_they_make_on_disk(
             hw.world.tap(ADA, card, ADA, "Deny")
             assert (await call).is_error
         assert config.read_text() == "HOST = 'localhost'\nDEBUG = False\nPORT = 9000\n"
+
+        # A server that does not say where it may write: nothing to resolve the path against.
+        async with mcp_client(hw, "mcp", "gateway", "--name", "files", "--filesystem", "--",
+                              sys.executable, str(FILESYSTEM), str(project),
+                              env={"FILESYSTEM_NO_ROOTS": "1"}, name="claude-code") as session:
+            call = asyncio.create_task(session.call_tool(
+                "write_file", {"path": "config.py", "content": "PORT = 2\n"}))
+            needle = ("the file could not be read: the server's allowed directories could not "
+                      "be read (list_allowed_directories)")
+            card = await card_showing(hw, needle)
+            assert "Diff" not in card.text
+            hw.world.tap(ADA, card, ADA, "Deny")
+            assert (await call).is_error

@@ -163,7 +163,11 @@ class Gateway:
         if roots is None:
             return ServerFile(requested, problem="the server's allowed directories could not "
                                                  f"be read ({ROOTS_TOOL})")
-        return await anyio.to_thread.run_sync(locate, requested, roots)
+        try:
+            return await anyio.to_thread.run_sync(locate, requested, roots)
+        except (OSError, ValueError) as exc:  # e.g. no working directory any more
+            return ServerFile(requested, problem=f"{requested} cannot be resolved: "
+                                                 f"{one_line(exc)}")
 
     async def allowed_directories(self) -> list[str] | None:
         """The directories the filesystem server may touch, as it lists them itself."""
