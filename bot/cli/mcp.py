@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
         "mcp",
         help="an MCP server for approvals and questions, or an approval gateway",
         usage="skald-telegram mcp [-h] [--state DIR] [gateway [--policy FILE] "
-              "[--timeout SECONDS] -- COMMAND ARGS...]",
+              "[--timeout SECONDS] [--name SERVER] [--filesystem] -- COMMAND ARGS...]",
         description=(
             "Without arguments: a stdio MCP server with the tools request_approval and "
             "ask_human. 'mcp gateway [--policy FILE] -- COMMAND ARGS...': a stdio MCP server "
@@ -48,6 +48,10 @@ def register(sub: Any) -> None:
     gateway.add_argument("--name", metavar="SERVER",
                          help="the server's name on the cards, as the MCP client's "
                               "configuration calls it (default: the name the upstream gives)")
+    gateway.add_argument("--filesystem", action="store_true",
+                         help="COMMAND is a filesystem MCP server on this machine (such as "
+                              "@modelcontextprotocol/server-filesystem): the cards of its "
+                              "write_file and edit_file show the diff against the file on disk")
     gateway.add_argument("upstream", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS",
                          help="the upstream MCP server to start")
     parser.set_defaults(handler=run)
@@ -80,5 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     anyio.run(lambda: run_gateway(command, policy, connect, timeout=args.timeout,
-                                         server_name=args.name))
+                                         server_name=args.name,
+                                         filesystem=args.filesystem))
     return 0

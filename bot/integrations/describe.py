@@ -1,10 +1,12 @@
 """A coding agent's tool call described for a person: a one-line summary and seed blocks.
 
 Pure: the current content of a file a call writes or edits comes from the ``read``
-function the caller passes (the hook reads the disk, tests pass a dictionary). A shell
+function the caller passes (the hook reads the disk, tests pass a dictionary), or for a
+filesystem MCP server's call from :attr:`ToolCall.server_file`. A shell
 command shows as ``command`` with its stated description and working directory; a write
 or an edit as the path and the unified diff it makes; a fetch as its ``url``; a search as
-its pattern and path; an MCP tool as server, tool and arguments; anything else as its
+its pattern and path; an MCP tool as server, tool and arguments (a filesystem server's
+write or edit as the diff it makes, by that server's rules); anything else as its
 arguments. Credentials become ``secret`` blocks, so the card masks them wherever they
 appear.
 """
@@ -21,6 +23,7 @@ from typing import Any, Final
 
 from bot.agenthost.describe import describe_arguments
 from bot.hidden import one_line
+from bot.integrations.fsrules import EDIT_TOOL, ServerFile, apply_edits, edits_of
 from bot.render.credentials import (
     credentials_in,
     is_credential_key,
@@ -61,6 +64,10 @@ class ToolCall:
     """Where the file a write or an edit names resolves on this machine (symlinks followed,
     ``..`` taken after them, as the kernel does), found by the hook; None when it was not
     resolved (then the call offers no grant)."""
+    server_file: ServerFile | None = None
+    """Set for ``write_file`` and ``edit_file`` of a filesystem MCP server on this machine
+    (the gateway's ``--filesystem``): the file as that server sees it. The card then shows
+    the change the server makes, by its rules."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ def describe(call: ToolCall, read: FileReader) -> Description:
     """The summary and blocks a card shows for ``call``."""
     kind = call.tool.lower()
     if call.mcp_server is not None:
-        description = _mcp(call)
+        file = call.server_file
+        description = _mcp(call) if file is None else _server_change(call, file)
     elif kind in _SHELL and isinstance(call.arguments.get("command"), str | list):
         description = _shell(call)
     elif kind in _WRITE and _path(call) is not None:
@@ -159,18 +167,18 @@ def _write(call: ToolCall, read: FileReader) -> Description:
     content = call.arguments.get("content", call.arguments.get("contents", ""))
     new = content if isinstance(content, str) else json.dumps(content, indent=2)
     old = read(path)
-    blocks = [_kv("File", path, "path"), *_symlink_rows(call, path)]
+    blocks = [_kv("File", path, "path"), *_symlink_rows(path, call.real_path)]
     if old is None:
         blocks.append(_kv("Status", "new file", "string"))
     blocks.append(_diff_block(path, old, new))
-    return Description(_summary(call, f"write {_shown_path(call, path)}"), blocks)
+    return Description(_summary(call, f"write {_shown_path(path, call.real_path)}"), blocks)
 
 
 def _edit(call: ToolCall, read: FileReader) -> Description:
     path = _resolved(call)
     old = read(path)
     edits = _edits(call.arguments)
-    blocks = [_kv("File", path, "path"), *_symlink_rows(call, path)]
+    blocks = [_kv("File", path, "path"), *_symlink_rows(path, call.real_path)]
     new, missing = _apply(old or "", edits)
     if old is None:
         blocks.append(_kv("Status", "the file does not exist yet", "string"))
@@ -181,23 +189,77 @@ def _edit(call: ToolCall, read: FileReader) -> Description:
             blocks.append(_diff_block(path, before, after))
     else:
         blocks.append(_diff_block(path, old, new))
-    return Description(_summary(call, f"edit {_shown_path(call, path)}"), blocks)
+    return Description(_summary(call, f"edit {_shown_path(path, call.real_path)}"), blocks)
 
 
-def _through_symlink(call: ToolCall, path: str) -> bool:
+def _server_change(call: ToolCall, file: ServerFile) -> Description:
+    """A write or edit of a filesystem MCP server: the change it makes to the file it
+    resolves the path to, or why there is none to show."""
+    server, tool = call.mcp_server or "", call.mcp_tool or call.tool
+    blocks = [_kv("Server", server, "string"), _kv("Tool", tool, "string"),
+              _kv("File", file.path, "path"), *_symlink_rows(file.path, file.target)]
+    if file.target is None:
+        blocks.append(_kv("Status", f"the file could not be read: {file.problem}", "string"))
+    elif tool == EDIT_TOOL:
+        blocks.extend(_server_edit(call.arguments, file))
+    else:
+        blocks.extend(_server_write(call.arguments, file))
+    verb = "edit" if tool == EDIT_TOOL else "write"
+    shown = _shown_path(file.path, file.target)
+    return Description(_summary(call, f"{verb} {shown} on {server}"), blocks)
+
+
+def _server_write(arguments: Mapping[str, Any], file: ServerFile) -> list[Block]:
+    content = arguments.get("content")
+    if not isinstance(content, str):
+        return [_kv("Status", "content is not text: the server refuses the call", "string")]
+    if file.problem is not None:  # as a hook's card: the diff says what stands there
+        return [_diff_block(file.path, f"({file.problem})\n", content)]
+    if file.text is None:
+        return [_kv("Status", "new file", "string"), _diff_block(file.path, None, content)]
+    return [_diff_block(file.path, file.text, content)]
+
+
+def _server_edit(arguments: Mapping[str, Any], file: ServerFile) -> list[Block]:
+    edits, dry_run = edits_of(arguments), arguments.get("dryRun", False)
+    if edits is None or not isinstance(dry_run, bool):
+        return [_kv("Status", "the arguments do not have edit_file's shape: the server "
+                    "refuses the call", "string")]
+    blocks = [_kv("Status", "dry run: the server shows this diff and changes nothing",
+                  "string")] if dry_run else []
+    if file.problem is not None:
+        return [*blocks, _kv("Status", f"the file cannot be shown: {file.problem}; what the "
+                             "edits make of it is not shown", "string")]
+    if file.text is None:
+        return [*blocks, _kv("Status", "there is no such file: the server refuses the edit",
+                             "string")]
+    edited = apply_edits(file.text, edits)
+    if edited.unmatched is not None:
+        return [*blocks, _kv("Status", f"edit {edited.unmatched + 1} of {len(edits)} matches "
+                             "nothing in the file: the server refuses the call and changes "
+                             "nothing", "string"),
+                {"type": "block", "label": "Not found", "value": edits[edited.unmatched][0],
+                 "value_type": "text"}]
+    if "\r\n" in file.text:
+        blocks.append(_kv("Status", "the server writes the whole file with \\n line endings",
+                          "string"))
+    return [*blocks, _diff_block(file.path, file.text, edited.text)]
+
+
+def _through_symlink(path: str, real: str | None) -> bool:
     """Whether ``path`` is, or passes through, a symlink (it resolves elsewhere than it
     reads once ``.`` and ``..`` are taken out as text)."""
-    return call.real_path is not None and call.real_path != posixpath.normpath(path)
+    return real is not None and real != posixpath.normpath(path)
 
 
-def _symlink_rows(call: ToolCall, path: str) -> list[Block]:
-    if not _through_symlink(call, path):
+def _symlink_rows(path: str, real: str | None) -> list[Block]:
+    if not _through_symlink(path, real):
         return []
-    return [_kv("Symlink", f"{path} → {call.real_path}", "string")]
+    return [_kv("Symlink", f"{path} → {real}", "string")]
 
 
-def _shown_path(call: ToolCall, path: str) -> str:
-    return f"{path} → {call.real_path}" if _through_symlink(call, path) else path
+def _shown_path(path: str, real: str | None) -> str:
+    return f"{path} → {real}" if _through_symlink(path, real) else path
 
 
 def _patch(call: ToolCall) -> Description:

@@ -10,14 +10,20 @@ approving, which the policy allows, is forwarded with the edited arguments, its 
 after a line saying what changed); a refused one returns an error
 result naming who refused and why, and the upstream tool is never called. The gateway
 ends when its client closes stdin, and the upstream server with it.
+
+With ``filesystem`` (``--filesystem``: the upstream is the reference filesystem MCP server,
+or one with its tools, running on this machine), the card of a ``write_file`` or
+``edit_file`` call shows the change as a diff against the file on disk, the path resolved
+against the directories the server's ``list_allowed_directories`` reports, as it resolves it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -31,12 +37,16 @@ from mcp.shared.exceptions import MCPError
 from bot.errors import SkaldError
 from bot.integrations.approval import Connect, ask_person, one_line
 from bot.integrations.describe import ToolCall, describe
+from bot.integrations.fspaths import locate
+from bot.integrations.fsrules import ROOTS_TOOL, ServerFile, allowed_directories, file_tool
 from bot.integrations.grants import gateway_scope
 from bot.integrations.policy import Policy
 
 log = logging.getLogger(__name__)
 
 UPSTREAM_START_SECONDS = 30.0
+ROOTS_SECONDS = 10.0
+"""How long a filesystem server may take to list its allowed directories for a card."""
 UNNAMED_CLIENT = "An MCP client"
 CLIENT_NAME_LIMIT = 40
 """Characters of a client's self-given name shown on a card: a name, not a message."""
@@ -51,7 +61,7 @@ class Gateway:
 
     def __init__(
         self, upstream: ClientSession, command: Sequence[str], server_name: str,
-        policy: Policy, connect: Connect, timeout: float,
+        policy: Policy, connect: Connect, timeout: float, filesystem: bool = False,
     ) -> None:
         self.upstream = upstream
         self.server_name = server_name
@@ -60,7 +70,9 @@ class Gateway:
         self.policy = policy
         self.connect = connect
         self.timeout = timeout
+        self.filesystem = filesystem
         self.descriptions: dict[str, str | None] = {}
+        self.schemas: dict[str, dict[str, Any]] = {}
         self.upstream_gone: str | None = None
 
     async def list_tools(
@@ -76,8 +88,7 @@ class Gateway:
                 params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
         except Exception as exc:
             raise MCPError(types.INTERNAL_ERROR, self._lost(exc)) from exc
-        for tool in listing.tools:
-            self.descriptions[tool.name] = tool.description
+        self._learn(listing.tools)
         return listing
 
     async def call_tool(
@@ -97,6 +108,8 @@ class Gateway:
         if rule == "ask":
             call = ToolCall(client_name(ctx), name, arguments, mcp_server=self.server_name,
                             mcp_tool=name, tool_description=await self.description(name))
+            if self.filesystem and file_tool(name, self.schemas.get(name)) is not None:
+                call = replace(call, server_file=await self.server_file(arguments))
             description = describe(call, lambda _: None)
             scope = gateway_scope(self.command, name)
             verdict = await ask_person(
@@ -127,13 +140,48 @@ class Gateway:
             while True:
                 page = await self.upstream.list_tools(
                     params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
-                self.descriptions.update((t.name, t.description) for t in page.tools)
+                self._learn(page.tools)
                 cursor = page.next_cursor
                 if not cursor:
                     return True
         except Exception as exc:  # the card goes without it; the call decides the rest
             log.warning("could not list the upstream tools: %s", one_line(exc))
             return False
+
+    def _learn(self, tools: Iterable[types.Tool]) -> None:
+        for tool in tools:
+            self.descriptions[tool.name] = tool.description
+            self.schemas[tool.name] = tool.input_schema
+
+    async def server_file(self, arguments: Mapping[str, Any]) -> ServerFile | None:
+        """The file a filesystem server's write or edit names, as the server sees it;
+        None for a call that names no path (its card shows the arguments)."""
+        requested = arguments.get("path")
+        if not isinstance(requested, str):
+            return None
+        roots = await self.allowed_directories()
+        if roots is None:
+            return ServerFile(requested, problem="the server's allowed directories could not "
+                                                 f"be read ({ROOTS_TOOL})")
+        try:
+            return await anyio.to_thread.run_sync(locate, requested, roots)
+        except (OSError, ValueError) as exc:  # e.g. no working directory any more
+            return ServerFile(requested, problem=f"{requested} cannot be resolved: "
+                                                 f"{one_line(exc)}")
+
+    async def allowed_directories(self) -> list[str] | None:
+        """The directories the filesystem server may touch, as it lists them itself."""
+        if ROOTS_TOOL not in self.descriptions or self.upstream_gone is not None:
+            return None
+        try:
+            with anyio.fail_after(ROOTS_SECONDS):
+                result = await self.upstream.call_tool(ROOTS_TOOL, {})
+        except Exception as exc:  # the card says so; the call decides the rest
+            log.warning("could not list the upstream's allowed directories: %s", one_line(exc))
+            return None
+        answer = "".join(part.text for part in result.content
+                         if isinstance(part, types.TextContent))
+        return None if result.is_error else allowed_directories(answer)
 
     async def forward(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         if self.upstream_gone is not None:
@@ -178,10 +226,11 @@ def shown_client_name(given: str | None) -> str:
 
 async def run_gateway(
     command: Sequence[str], policy: Policy, connect: Connect, *, timeout: float,
-    server_name: str | None = None,
+    server_name: str | None = None, filesystem: bool = False,
 ) -> None:
     """Serve on stdin/stdout until the client goes, with ``command`` as the upstream;
-    ``server_name`` is what the cards call it (default: the name the upstream gives)."""
+    ``server_name`` is what the cards call it (default: the name the upstream gives);
+    ``filesystem`` says the upstream is a filesystem server on this machine."""
     params = StdioServerParameters(
         command=command[0], args=list(command[1:]), env=dict(os.environ)
     )
@@ -196,7 +245,8 @@ async def run_gateway(
                 f"the upstream MCP server ({' '.join(command)}) did not start: {one_line(exc)}"
             ) from exc
         name = initialized.server_info.name if initialized.server_info else command[0]
-        gateway = Gateway(upstream, command, server_name or name, policy, connect, timeout)
+        gateway = Gateway(upstream, command, server_name or name, policy, connect, timeout,
+                          filesystem)
         server: Server[Any] = Server(
             f"skald-telegram gateway for {name}",
             version=initialized.server_info.version if initialized.server_info else "",

@@ -120,19 +120,26 @@ def _event_name(raw: str, contract: HookContract) -> str | None:
 def read_text_file(path: str) -> str | None:
     """A file's text for a diff, or ``None`` when it does not exist. A file that cannot be
     shown as text gives a line saying why, so that the diff never pretends it is new."""
+    text, problem = file_text(path)
+    return f"({path} {problem})\n" if problem is not None else text
+
+
+def file_text(path: str) -> tuple[str | None, str | None]:
+    """A file's text, or None and why it cannot be shown as text (both None when there is
+    no such file)."""
     file = Path(path)
     try:
         if not file.exists():
-            return None
+            return None, None
         if not file.is_file():
-            return f"({path} is not a regular file)\n"
+            return None, "is not a regular file"
         if file.stat().st_size > MAX_FILE_BYTES:
-            return f"({path} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB)\n"
-        return file.read_bytes().decode("utf-8")
+            return None, f"is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
+        return file.read_bytes().decode("utf-8"), None
     except UnicodeDecodeError:
-        return f"({path} is not UTF-8 text)\n"
+        return None, "is not UTF-8 text"
     except OSError as exc:
-        return f"({path} cannot be read: {exc.strerror})\n"
+        return None, f"cannot be read: {exc.strerror}"
 
 
 @functools.cache
