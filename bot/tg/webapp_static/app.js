@@ -191,7 +191,7 @@ function actions(card) {
 
 function show(card) {
   const parts = [header(card)];
-  if (card.masked && card.approver) {
+  if (card.masked && card.revealable) {
     parts.push(el("button", {
       id: "reveal",
       onclick: async () => {
