@@ -107,6 +107,8 @@ async def test_the_bot_serves_the_page_in_polling_mode(tmp_path: Path) -> None:
         assert script.status_code == 200
         assert "Telegram" in script.text
         assert (await client.get(app + "/static/style.css")).status_code == 200
+        assert 'src="/app/static/highlight.js"' in page.text
+        assert "function tokens" in (await client.get(app + "/static/highlight.js")).text
         assert (await client.get(app + "/static/index.html")).status_code == 404
         assert (await client.get(app + "/static/..%2Fwebapp.py")).status_code == 404
         # Polling all along: the server is no webhook.

@@ -38,7 +38,7 @@ from bot.tg.initdata import InitData, check_init_data
 log = logging.getLogger(__name__)
 
 STATIC: Final = Path(__file__).parent / "webapp_static"
-STATIC_FILES: Final = frozenset({"app.js", "style.css"})
+STATIC_FILES: Final = frozenset({"app.js", "highlight.js", "style.css"})
 BASE_MARK: Final = "%BASE%"
 """Replaced in ``index.html`` by the path the app is served under."""
 AUTH_SCHEME: Final = "tma "
