@@ -323,16 +323,19 @@ async def test_without_the_app_a_private_card_still_spoilers_its_secret(tmp_path
         assert "reveal in Details" not in card.text
 
 
-@pytest.mark.parametrize(("settings", "shown"), [
-    ({}, "API key: ••••••"),
-    ({"secrets": "spoiler"}, "API key: 🔒 reveal in Details"),
+@pytest.mark.parametrize(("settings", "webapp", "shown"), [
+    ({}, {}, "API key: •••••• (24 chars)"),
+    ({"secrets": "spoiler"}, {}, "API key: 🔒 reveal in Details"),
+    # No Details button in the group to reveal it with: masked as without the app.
+    ({"secrets": "spoiler"}, {"short_name": ""}, "API key: •••••• (24 chars)"),
 ])
 async def test_a_group_reveals_secrets_only_where_it_shows_them(
-        tmp_path: Path, settings: dict[str, Any], shown: str) -> None:
+        tmp_path: Path, settings: dict[str, Any], webapp: dict[str, Any], shown: str) -> None:
     async with make_world(tmp_path) as world:
         world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
         chats = [{"id": OPS_GROUP, "approvers": [ADA], **settings}]
-        async with webapp_bot(world, chats) as (running, app), httpx.AsyncClient() as client:
+        async with webapp_bot(world, chats, **webapp) as (running, app), \
+                httpx.AsyncClient() as client:
             await world.pair(OPS_GROUP)
             world.agent.submit_approval(secret_approval("apr_group"))
             card = await world.wait_card(OPS_GROUP, "Deploy web")
