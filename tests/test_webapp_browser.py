@@ -98,13 +98,18 @@ TWO_FILES = (
 )
 
 
+async def open_diff(browser: Browser, world: World, running: Running, app: str,
+                    summary: str, diff: str) -> Page:
+    """The app on an approval whose one block is ``diff``, as Ada opens it."""
+    item = approval("apr_diff", summary=summary, blocks=[
+        {"type": "block", "label": "Changes", "value": diff, "value_type": "diff"}])
+    return await open_app(browser, world, app, await posted(world, running, item, summary), ADA)
+
+
 async def test_a_diff_has_line_numbers_and_one_collapsible_part_per_file(
         tmp_path: Path, browser: Browser) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
-        ref = await posted(world, running, approval("apr_files", summary="Two files", blocks=[
-            {"type": "block", "label": "Changes", "value": TWO_FILES, "value_type": "diff"}]),
-            "Two files")
-        page = await open_app(browser, world, app, ref, ADA)
+        page = await open_diff(browser, world, running, app, "Two files", TWO_FILES)
         files = page.locator(".diff-file")
         await expect(files).to_have_count(2, timeout=TIMEOUT_MS)
         await expect(files.nth(0).locator("summary")).to_contain_text("app.py")
@@ -133,10 +138,7 @@ COLOURED = (
 async def test_a_diff_is_coloured_by_file_type_and_its_html_stays_text(
         tmp_path: Path, browser: Browser) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
-        ref = await posted(world, running, approval("apr_colour", summary="Coloured", blocks=[
-            {"type": "block", "label": "Changes", "value": COLOURED, "value_type": "diff"}]),
-            "Coloured")
-        page = await open_app(browser, world, app, ref, ADA)
+        page = await open_diff(browser, world, running, app, "Coloured", COLOURED)
         python, plain = page.locator(".diff-file").nth(0), page.locator(".diff-file").nth(1)
         await expect(python).to_have_attribute("data-language", "python", timeout=TIMEOUT_MS)
         added = python.locator(".diff-add .code")
