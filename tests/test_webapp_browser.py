@@ -182,6 +182,7 @@ TOKENIZED: list[tuple[str, str, list[list[str]]]] = [
                                          ["", " v: u8 = "], ["num", "7"], ["", "; "],
                                          ["com", "// x"]]),
     ("", "def f(): pass", [["", "def f(): pass"]]),
+    ("python", "def " * 600, [["", "def " * 600]]),  # too long to colour
 ]
 
 

@@ -53,6 +53,7 @@ const EXTENSIONS = {
   bash: "shell", zsh: "shell", go: "go", rs: "rust",
 };
 
+const MAX_COLOURED_CHARS = 2000;  // a longer line (minified code, data) is shown plain
 const NUMBER = /^(?:0[xX][0-9a-fA-F_]+|\d[\d_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)/;
 const WORD = /^[A-Za-z_$][\w$]*/;
 const VARIABLE = /^\$(?:\{[^}]*\}|[A-Za-z_]\w*|[0-9@#?*$!-])/;
@@ -80,7 +81,7 @@ function stringEnd(line, start, quote) {
 // "com", "key" or "var". The texts put together are the line, unchanged.
 function tokens(line, language) {
   const lang = LANGUAGES[language];
-  if (!lang) return [["", line]];
+  if (!lang || line.length > MAX_COLOURED_CHARS) return [["", line]];
   const out = [];
   const push = (kind, text) => {
     if (!text) return;
