@@ -202,7 +202,9 @@ async def test_the_page_feed_and_actions(playground: tuple[str, str, Output]) ->
             assert names == {"Ada", "Bob", "Carol", "Dave"}
             assert feed.world["roles"][str(OPS_TEAM)][str(dave)] == "observer"
             deploy = feed.cards(ada, "API key")[0]
-            assert any(e["type"] == "spoiler" for e in deploy["entities"])
+            # The Mini App is on: the secret stays out of the chat.
+            assert "API key: 🔒 reveal in Details" in deploy["text"]
+            assert not any(e["type"] == "spoiler" for e in deploy["entities"])
 
             email = feed.cards(ada, "send_email")[0]
             tapped = await client.post(f"{url}playground/tap", json={

@@ -135,16 +135,15 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         expect(email.locator(".inline-button")).to_have_count(0)
         terminal.wait_for(r"✅ approved send_email by Ada Lovelace \(@ada\)")
 
-        # The secret is spoilered: not in the page's text until tapped.
+        # With the Mini App on, the secret stays out of the chat: the card names it.
         deploy = cards.filter(has_text="Deploy billing-api 2.14.0").first
+        expect(deploy).to_contain_text("API key: 🔒 reveal in Details")
         deploy.evaluate("element => element.scrollIntoView({block: 'end'})")
         picture = page.screenshot()
         assert picture.startswith(b"\x89PNG")
         if os.environ.get("SKALD_UPDATE_SCREENSHOT") == "1":
             SCREENSHOT.write_bytes(picture)
         assert SECRET not in page.locator("body").inner_text()
-        deploy.locator(".spoiler").click()
-        expect(deploy).to_contain_text(SECRET)
 
         # Deny with a reason: the bot's ForceReply focuses the reply bar.
         write = cards.filter(has_text="Write deploy/billing-api.yaml").first
@@ -268,6 +267,14 @@ def test_details_open_the_mini_app_beside_the_chat(browser: Browser, terminal: T
         expect(email).to_contain_text("✅ Approved by Ada Lovelace")
         expect(page.locator("#miniapp")).to_be_hidden()
         terminal.wait_for(r"✅ approved send_email by Ada Lovelace \(@ada\)")
+
+        # The secret the card leaves out is revealed there, to an approver.
+        deploy = page.locator(".message", has_text="Deploy billing-api 2.14.0").first
+        deploy.get_by_role("button", name="Details").click()
+        expect(app.locator("#title")).to_contain_text("Deploy billing-api 2.14.0")
+        assert SECRET not in app.locator("body").inner_text()
+        app.locator("#reveal").click()
+        expect(app.locator("body")).to_contain_text(SECRET)
 
         # In the group, a Direct Link; an observer sees the card but cannot decide.
         page.locator("#who").select_option(label="Dave Reed")

@@ -358,7 +358,7 @@ def assert_nothing_hidden(shown: str) -> None:
     blocks=st.lists(st.tuples(hidden_texts, hidden_texts, st.sampled_from(KINDS)),
                     max_size=4),
     arguments=st.dictionaries(hidden_texts, hidden_texts, max_size=3),
-    secrets=st.sampled_from(["spoiler", "masked"]),
+    secrets=st.sampled_from(["spoiler", "masked", "details"]),
 )
 def test_no_hidden_character_reaches_an_approval_card(
     summary: str, tool: str, agent: str, blocks: list[tuple[str, str, str]],

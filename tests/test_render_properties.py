@@ -179,7 +179,8 @@ def assert_sendable(rendered: RenderedCard) -> tuple[str, list[Entity]]:
 
 
 @SETTINGS
-@given(case=approvals(), secrets_mode=st.sampled_from(["spoiler", "masked"]), status=statuses)
+@given(case=approvals(), secrets_mode=st.sampled_from(["spoiler", "masked", "details"]),
+       status=statuses)
 def test_any_approval_renders_to_html_telegram_keeps_whole(
     case: tuple[Approval, Secrets], secrets_mode: SecretsMode, status: CardStatus | None
 ) -> None:

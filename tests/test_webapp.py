@@ -33,6 +33,7 @@ from bot.app import Running
 from bot.config import Config, ConfigError, parse_config
 from bot.doctor import check_webapp
 from bot.playground.stub import StoredMessage
+from bot.playground.stub.decoding import Upload
 from bot.protocol.encoding import args_sha256
 from bot.store import Store
 from bot.store.db import MIGRATIONS, PLACE
@@ -106,6 +107,8 @@ async def test_the_bot_serves_the_page_in_polling_mode(tmp_path: Path) -> None:
         assert script.status_code == 200
         assert "Telegram" in script.text
         assert (await client.get(app + "/static/style.css")).status_code == 200
+        assert 'src="/app/static/highlight.js"' in page.text
+        assert "function tokens" in (await client.get(app + "/static/highlight.js")).text
         assert (await client.get(app + "/static/index.html")).status_code == 404
         assert (await client.get(app + "/static/..%2Fwebapp.py")).status_code == 404
         # Polling all along: the server is no webhook.
@@ -221,8 +224,8 @@ async def test_the_api_refuses_forged_stale_foreign_and_missing_init_data(
 async def test_who_may_see_a_group_card_and_what_they_see(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
         world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
-        async with webapp_bot(world, [{"id": OPS_GROUP, "approvers": [ADA]}]) as (running, app), \
-                httpx.AsyncClient() as client:
+        chats = [{"id": OPS_GROUP, "approvers": [ADA], "secrets": "spoiler"}]
+        async with webapp_bot(world, chats) as (running, app), httpx.AsyncClient() as client:
             await world.pair(OPS_GROUP)
             world.agent.submit_approval(secret_approval("apr_group"))
             card = await world.wait_card(OPS_GROUP, "Deploy web")
@@ -254,6 +257,99 @@ async def test_who_may_see_a_group_card_and_what_they_see(tmp_path: Path) -> Non
             assert revealed.json()["arguments"]["api_key"] == SECRET
             [entry] = running.store.audit.rows(events=("reveal",))
             assert (entry.user_id, entry.chat_id, entry.item_id) == (ADA, OPS_GROUP, "apr_group")
+
+
+def everything_sent(world: World) -> list[str]:
+    """The text of every request the bot made to Telegram: messages, edits, buttons,
+    alerts, and the names and contents of the files it sent."""
+    texts: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Upload):
+            texts.extend((value.filename, value.data.decode("utf-8", "replace")))
+        elif isinstance(value, dict):
+            texts.extend(str(key) for key in value)
+            for inner in value.values():
+                walk(inner)
+        elif isinstance(value, list | tuple):
+            for inner in value:
+                walk(inner)
+        else:
+            texts.append(str(value))
+
+    for request in world.tg.requests:
+        if request.method != "getUpdates":
+            walk(request.params)
+    return texts
+
+
+async def test_with_the_app_no_secret_goes_into_a_telegram_message(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
+            httpx.AsyncClient() as client:
+        await world.pair(ADA)
+        for n in range(2):
+            item = secret_approval(f"apr_sec{n}")
+            item["summary"] = f"Deploy web {n} with {SECRET}"
+            world.agent.submit_approval(item)
+        card = await world.wait_card(ADA, "Deploy web 0")
+        await world.wait_card(ADA, "Deploy web 1")
+        assert "API key: 🔒 reveal in Details" in card.text
+        assert "tg-spoiler" not in (card.html or "")
+        await world.tg.wait_for(lambda tg: len(tg.calls("sendDocument")) == 2)
+        await world.tg.wait_for(lambda tg: any("2 requests" in m.text
+                                               for m in tg.bot_messages(ADA)))
+        world.tap(ADA, card, ADA, "Approve")
+        await world.wait_card(ADA, "Deploy web 0", lambda m: "Approved by" in m.text)
+        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+        # The app still reveals it to the approver (audited).
+        url = f"{app}/api/card/{await ref_of(running, ADA, card)}"
+        shown = (await get(client, url, init_data(world, ADA))).json()
+        assert (shown["masked"], shown["revealable"]) == (True, True)
+        revealed = await client.post(url + "/reveal", headers={
+            "Authorization": f"tma {init_data(world, ADA)}"})
+        assert revealed.json()["blocks"][0]["value"] == SECRET
+        assert len(running.store.audit.rows(events=("reveal",))) == 1
+        sent = everything_sent(world)
+        assert any("reveal in Details" in text for text in sent)
+        assert [text for text in sent if SECRET in text] == []
+
+
+async def test_without_the_app_a_private_card_still_spoilers_its_secret(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, running_bot(world):
+        await world.pair(ADA)
+        world.agent.submit_approval(secret_approval("apr_spoiler"))
+        card = await world.wait_card(ADA, "Deploy web")
+        assert f"<tg-spoiler>{SECRET}</tg-spoiler>" in (card.html or "")
+        assert "reveal in Details" not in card.text
+
+
+@pytest.mark.parametrize(("settings", "webapp", "shown"), [
+    ({}, {}, "API key: •••••• (24 chars)"),
+    ({"secrets": "spoiler"}, {}, "API key: 🔒 reveal in Details"),
+    # No Details button in the group to reveal it with: masked as without the app.
+    ({"secrets": "spoiler"}, {"short_name": ""}, "API key: •••••• (24 chars)"),
+])
+async def test_a_group_reveals_secrets_only_where_it_shows_them(
+        tmp_path: Path, settings: dict[str, Any], webapp: dict[str, Any], shown: str) -> None:
+    async with make_world(tmp_path) as world:
+        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
+        chats = [{"id": OPS_GROUP, "approvers": [ADA], **settings}]
+        async with webapp_bot(world, chats, **webapp) as (running, app), \
+                httpx.AsyncClient() as client:
+            await world.pair(OPS_GROUP)
+            world.agent.submit_approval(secret_approval("apr_group"))
+            card = await world.wait_card(OPS_GROUP, "Deploy web")
+            assert shown in card.text
+            url = f"{app}/api/card/{await ref_of(running, OPS_GROUP, card)}"
+            revealable = bool(settings)
+            details = (await get(client, url, init_data(world, ADA))).json()
+            assert (details["approver"], details["revealable"]) == (True, revealable)
+            revealed = await client.post(url + "/reveal", headers={
+                "Authorization": f"tma {init_data(world, ADA)}"})
+            assert revealed.status_code == (200 if revealable else 403)
+            assert (SECRET in revealed.text) is revealable
+            assert len(running.store.audit.rows(events=("reveal",))) == int(revealable)
+            assert [text for text in everything_sent(world) if SECRET in text] == []
 
 
 async def test_a_private_card_is_only_for_its_user(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ there when ``SKALD_UPDATE_SCREENSHOT=1`` is set."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -90,19 +91,25 @@ async def test_a_page_opened_with_forged_init_data_shows_nothing(tmp_path: Path,
 
 TWO_FILES = (
     "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -10,3 +10,3 @@\n"
-    " keep = 1\n-old = 2\n+new = 2\n tail = 3\n"
+    " def greet(name):\n-    return 'hi ' + name\n+    return f\"hello {name}\"  # kinder\n"
+    " greet(None)\n"
     "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n"
     "-Old title\n+New title"
 )
 
 
+async def open_diff(browser: Browser, world: World, running: Running, app: str,
+                    summary: str, diff: str) -> Page:
+    """The app on an approval whose one block is ``diff``, as Ada opens it."""
+    item = approval("apr_diff", summary=summary, blocks=[
+        {"type": "block", "label": "Changes", "value": diff, "value_type": "diff"}])
+    return await open_app(browser, world, app, await posted(world, running, item, summary), ADA)
+
+
 async def test_a_diff_has_line_numbers_and_one_collapsible_part_per_file(
         tmp_path: Path, browser: Browser) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
-        ref = await posted(world, running, approval("apr_files", summary="Two files", blocks=[
-            {"type": "block", "label": "Changes", "value": TWO_FILES, "value_type": "diff"}]),
-            "Two files")
-        page = await open_app(browser, world, app, ref, ADA)
+        page = await open_diff(browser, world, running, app, "Two files", TWO_FILES)
         files = page.locator(".diff-file")
         await expect(files).to_have_count(2, timeout=TIMEOUT_MS)
         await expect(files.nth(0).locator("summary")).to_contain_text("app.py")
@@ -117,3 +124,107 @@ async def test_a_diff_has_line_numbers_and_one_collapsible_part_per_file(
             SCREENSHOT.write_bytes(picture)
         await files.nth(0).locator("summary").click()
         await expect(added.nth(2)).to_be_hidden()
+
+
+COLOURED = (
+    "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n"
+    '-def old(): return "<b>x</b>"\n'
+    '+def new(): return "<img src=x onerror=window.pwned=1>"  # <b>not bold</b>\n'
+    "diff --git a/notes.txt b/notes.txt\n--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n"
+    "-def plain\n+<script>window.pwned=2</script> return 1"
+)
+
+
+async def test_a_diff_is_coloured_by_file_type_and_its_html_stays_text(
+        tmp_path: Path, browser: Browser) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
+        page = await open_diff(browser, world, running, app, "Coloured", COLOURED)
+        python, plain = page.locator(".diff-file").nth(0), page.locator(".diff-file").nth(1)
+        await expect(python).to_have_attribute("data-language", "python", timeout=TIMEOUT_MS)
+        added = python.locator(".diff-add .code")
+        await expect(added).to_have_text(
+            '+def new(): return "<img src=x onerror=window.pwned=1>"  # <b>not bold</b>')
+        await expect(added.locator(".tok-kw")).to_have_text(["def", "return"])
+        await expect(added.locator(".tok-str")).to_have_text(
+            '"<img src=x onerror=window.pwned=1>"')
+        await expect(added.locator(".tok-com")).to_have_text("# <b>not bold</b>")
+        await expect(plain).to_have_attribute("data-language", "")
+        await expect(plain.locator(".diff-add .code")).to_have_text(
+            "+<script>window.pwned=2</script> return 1")
+        assert await plain.locator("[class^=tok-]").count() == 0
+        assert await page.locator("#card img, #card b, #card script").count() == 0
+        assert await page.evaluate("window.pwned") is None
+
+
+# One line per language: the tokens the page colours it with ("" is plain text).
+TOKENIZED: list[tuple[str, str, list[list[str]]]] = [
+    ("python", "x = f'a#b' # note", [["", "x = "], ["str", "f'a#b'"], ["", " "],
+                                       ["com", "# note"]]),
+    ("python", "if n is None: return 0x1F", [["kw", "if"], ["", " n "], ["kw", "is"], ["", " "],
+                                            ["const", "None"], ["", ": "], ["kw", "return"],
+                                            ["", " "], ["num", "0x1F"]]),
+    ("js", 'const s = `a${b}` /* c */ // d', [["kw", "const"], ["", " s = "],
+                                                ["str", "`a${b}`"], ["", " "],
+                                                ["com", "/* c */"], ["", " "],
+                                                ["com", "// d"]]),
+    ("json", '{"key": "va\\"l", "n": -1.5e3, "ok": true}',
+     [["", "{"], ["key", '"key"'], ["", ": "], ["str", '"va\\"l"'], ["", ", "], ["key", '"n"'],
+      ["", ": -"], ["num", "1.5e3"], ["", ", "], ["key", '"ok"'], ["", ": "],
+      ["const", "true"], ["", "}"]]),
+    ("yaml", "- name: 'web' # main", [["", "- "], ["key", "name"], ["", ": "], ["str", "'web'"],
+                                      ["", " "], ["com", "# main"]]),
+    ("shell", 'echo "$HOME" ${#x} $1 a#b # c', [["", "echo "], ["str", '"$HOME"'], ["", " "],
+                                                ["var", "${#x}"], ["", " "], ["var", "$1"],
+                                                ["", " a#b "], ["com", "# c"]]),
+    ("go", "func main() { s := `raw` }", [["kw", "func"], ["", " main() { s := "],
+                                            ["str", "`raw`"], ["", " }"]]),
+    ("rust", 'let mut v: u8 = 7; // x', [["kw", "let"], ["", " "], ["kw", "mut"],
+                                         ["", " v: u8 = "], ["num", "7"], ["", "; "],
+                                         ["com", "// x"]]),
+    ("", "def f(): pass", [["", "def f(): pass"]]),
+    ("python", "def " * 600, [["", "def " * 600]]),  # too long to colour
+]
+
+
+async def test_the_tokenizer_of_each_file_type(tmp_path: Path, browser: Browser) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
+        ref = await posted(world, running, approval("apr_tokens"), "apr_tokens")
+        page = await open_app(browser, world, app, ref, ADA)
+        await expect(page.locator("#title")).to_contain_text("apr_tokens", timeout=TIMEOUT_MS)
+        for language, line, expected in TOKENIZED:
+            got = await page.evaluate("([line, language]) => tokens(line, language)",
+                                      [line, language])
+            assert got == expected, (language, line)
+        names = {"a/b/main.PY": "python", "web.tsx": "js", "ci.yml": "yaml", "run.sh": "shell",
+                 "x.go": "go", "lib.rs": "rust", "data.json": "json", "Makefile": "",
+                 "notes.txt": ""}
+        for name, language in names.items():
+            assert await page.evaluate("(name) => languageOf(name)", name) == language, name
+
+
+async def test_the_page_follows_telegram_s_light_or_dark_mode(tmp_path: Path,
+                                                                browser: Browser) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
+        ref = await posted(world, running, approval("apr_theme"), "apr_theme")
+        page = await browser.new_page(color_scheme="light")
+        await page.route("https://telegram.org/**", lambda route: route.abort())
+        # Telegram's script as the app gives it: its theme, and its "themeChanged" event.
+        await page.add_init_script(f"""
+            window.themeHandlers = [];
+            window.Telegram = {{ WebApp: {{
+                initData: {json.dumps(init_data(world, ADA))}, colorScheme: "dark",
+                onEvent: (name, handler) => name === "themeChanged"
+                    && window.themeHandlers.push(handler),
+                ready() {{}}, expand() {{}}, close() {{}} }} }};""")
+        await page.goto(f"{app}?ref={ref}")
+        await expect(page.locator("#title")).to_contain_text("apr_theme", timeout=TIMEOUT_MS)
+        html = page.locator("html")
+        await expect(html).to_have_attribute("data-scheme", "dark")
+        await page.evaluate("""() => { Telegram.WebApp.colorScheme = "light";
+                                       themeHandlers.forEach((handler) => handler()); }""")
+        await expect(html).to_have_attribute("data-scheme", "light")
+        plain = await browser.new_page(color_scheme="dark")
+        await plain.route("https://telegram.org/**", lambda route: route.abort())
+        await plain.goto(f"{app}?ref={ref}#tgWebAppData={quote(init_data(world, ADA))}")
+        await expect(plain.locator("html")).to_have_attribute("data-scheme", "dark",
+                                                              timeout=TIMEOUT_MS)

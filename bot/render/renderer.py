@@ -145,8 +145,9 @@ class Renderer:
         zone: str | None = None,
     ) -> RenderedCard:
         """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
-        spoiler in its own block) or ``"masked"`` (never shown); times in the IANA time
-        zone ``zone`` (UTC by default)."""
+        spoiler in its own block), ``"masked"`` (never shown) or ``"details"`` (never
+        shown; its name and "reveal in Details" instead); times in the IANA time zone
+        ``zone`` (UTC by default)."""
         secret_texts = secret_values(approval.blocks)
         arguments = None
         if not approval.blocks and approval.arguments is not None:

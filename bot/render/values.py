@@ -25,7 +25,10 @@ from bot.render.hosts import honest_hosts
 from bot.render.markdown import http_link, markdown_reveals, markdown_to_text
 from bot.render.masking import MASK, NO_SECRETS, Masker, clean
 
-SecretsMode = Literal["spoiler", "masked"]
+SecretsMode = Literal["spoiler", "masked", "details"]
+"""How a card shows a ``secret`` block: behind a spoiler, masked, or (``details``, never
+a chat's setting: the bot's choice when the Mini App can reveal it) masked with its name
+and a pointer to the Mini App's "Reveal"."""
 
 LONG_TEXT_LINES = 4
 LONG_TEXT_CHARS = 300
@@ -59,6 +62,7 @@ class BlockView:
     ``text`` is what is shown (already masked) and what gets cut to fit; ``more_lines`` /
     ``more_chars`` say how much was cut; ``lost_chars`` how much was cut before arrival.
     ``mask`` hides the approval's secrets in what Markdown decodes from ``text``.
+    ``in_details``: a masked secret that the Mini App reveals (the card says so).
     ``hidden`` says whether the label or value held invisible or direction-changing
     characters (``text`` and ``label`` show them; see :mod:`bot.hidden`);
     ``punycode`` whether a host name in them is shown in its ``xn--`` form
@@ -75,6 +79,7 @@ class BlockView:
     date_only: bool = False
     flag: bool | None = None
     secret_chars: int = 0
+    in_details: bool = False
     expandable: bool = False
     more_lines: int = 0
     more_chars: int = 0
@@ -108,6 +113,15 @@ def secret_values(blocks: Iterable[Block]) -> list[str]:
             if isinstance(block.value, dict | list):
                 values.extend(_leaves(block.value))
     return values
+
+
+def card_secrets(chosen: SecretsMode, *, app: bool, details: bool) -> SecretsMode:
+    """How a chat's cards show secrets: as the chat ``chosen`` without the Mini App
+    (``app``); with it, never in a Telegram message: ``details`` where the card has a
+    Details button and the chat lets approvers see secrets (``spoiler``), else masked."""
+    if not app:
+        return chosen
+    return "details" if chosen == "spoiler" and details else "masked"
 
 
 def hide_credentials(value: JSON) -> tuple[JSON, list[str]]:
@@ -189,7 +203,7 @@ def block_view(block: Block, *, mask: Masker, secrets: SecretsMode) -> BlockView
             return _view(layout or "row", "secret", raw_label, text, block)
         label = hidden.strip(raw_label)
         return BlockView(layout or "row", "masked", label.strip(), "", secret_chars=len(text),
-                         hidden=label != raw_label)
+                         in_details=secrets == "details", hidden=label != raw_label)
     if layout is None or value_type not in _KINDS:
         return _view("row", "string", raw_label, mask(clean(plain_text(block.value))), block)
     if value_type == "json":

@@ -4,7 +4,8 @@ JSON API, served on the bot's HTTP server under the path of ``webapp.url``.
 Every API request carries Telegram's ``initData`` (``Authorization: tma <initData>``),
 checked by :mod:`bot.tg.initdata` (401 otherwise). A card is named by its opaque ``ref``
 (404 when there is none such) and shown only to its chat's approvers and members (403
-otherwise), with secrets masked; ``…/reveal`` shows them to approvers, audited.
+otherwise), with secrets masked; ``…/reveal`` shows them to approvers, audited, where the
+chat lets secrets be seen (``secrets = "spoiler"``, the default in private chats only).
 ``…/decide`` applies a decision or answer as a tap on the card's button would: the same
 bridge, rules, quorum and signed decision, and the chat's card is edited after it.
 """
@@ -37,7 +38,7 @@ from bot.tg.initdata import InitData, check_init_data
 log = logging.getLogger(__name__)
 
 STATIC: Final = Path(__file__).parent / "webapp_static"
-STATIC_FILES: Final = frozenset({"app.js", "style.css"})
+STATIC_FILES: Final = frozenset({"app.js", "highlight.js", "style.css"})
 BASE_MARK: Final = "%BASE%"
 """Replaced in ``index.html`` by the path the app is served under."""
 AUTH_SCHEME: Final = "tma "
@@ -102,6 +103,8 @@ class _Api:
             return access
         if not access.approver:
             return _error(403, "only an approver of this chat may reveal secrets")
+        if not self._revealable(access):
+            return _error(403, 'this chat keeps secrets masked (its secrets = "masked")')
         self._context.bridge.secret_revealed(access.card, access.user.user_id,
                                              access.user.first_name)
         log.info("user %d revealed the secrets of card %d", access.user.user_id,
@@ -140,8 +143,15 @@ class _Api:
             parse_item(access.item), agent_name=peer.name if peer else "",
             votes=bridge.view.cards.votes(access.card.card_id),
             required=bridge.policy(access.card.chat_id).required_approvals, reveal=reveal)
-        details.update(state=access.item.state, approver=access.approver)
+        details.update(state=access.item.state, approver=access.approver,
+                       revealable=self._revealable(access))
         return JSONResponse(details, headers={"Cache-Control": "no-store"})
+
+    def _revealable(self, access: _Access) -> bool:
+        """Whether the user may have the card's secrets shown: an approver, in a chat that
+        shows secrets to those who ask (``secrets = "spoiler"``)."""
+        return access.approver and \
+            self._context.bridge.policy(access.card.chat_id).secrets == "spoiler"
 
     async def _access(self, request: Request) -> _Access | Response:
         header = request.headers.get("authorization", "")

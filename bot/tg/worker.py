@@ -38,6 +38,7 @@ from bot.errors import (
 )
 from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer, render_card
+from bot.render.values import card_secrets
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import details_button, keyboard
 from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
@@ -258,13 +259,15 @@ class CardWorker:
                                                                           card.item_id),
         )
         peer = view.agents.peer(card.agent_id)
+        details = details_button(card, self._config.webapp, self._bot_username)
         render = functools.partial(
             render_card,
             self._renderer,
             item,
             status,
             agent_name=peer.name if peer else card.agent_id[:8],
-            secrets=policy.secrets,
+            secrets=card_secrets(policy.secrets, app=self._config.webapp is not None,
+                                 details=details is not None),
             now=from_ms(self._clock.now_ms()),
             zone=policy.timezone,
         )
@@ -288,8 +291,7 @@ class CardWorker:
         buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
                            bound=bound,
                            grant=(offer.label, minutes) if offer and minutes else None,
-                           details=details_button(card, self._config.webapp,
-                                                  self._bot_username))
+                           details=details)
         message_id = card.message_id
         if message_id is None:
             self._reserve(card)

@@ -54,6 +54,13 @@ function close() {
   }
 }
 
+// Light or dark as the Telegram app is (the system's setting without it), kept current.
+function followScheme() {
+  const dark = tg && tg.colorScheme ? tg.colorScheme === "dark"
+    : window.matchMedia("(prefers-color-scheme: dark)").matches;
+  document.documentElement.dataset.scheme = dark ? "dark" : "light";
+}
+
 function message(text) {
   root.replaceChildren(el("p", { class: "muted", id: "message" }, text));
 }
@@ -91,9 +98,16 @@ function diffFiles(text) {
   return files;
 }
 
+// A diff line's text: its +, - or space, then its code coloured by the file's language.
+function codeCell(line, kind, language) {
+  if (kind === "hunk" || kind === "head" || !language) return el("td", { class: "code" }, line);
+  return el("td", { class: "code" }, line.slice(0, 1), ...highlighted(line.slice(1), language));
+}
+
 function diffView(text) {
   const wrap = el("div", { class: "diff" });
   for (const file of diffFiles(text)) {
+    const language = languageOf(file.name);
     const table = el("table", { class: "diff-lines" });
     let oldNo = 0, newNo = 0;
     for (const line of file.lines) {
@@ -106,9 +120,9 @@ function diffView(text) {
       else { left = oldNo ? oldNo++ : ""; right = newNo ? newNo++ : ""; }
       table.append(el("tr", { class: `diff-${kind}` },
         el("td", { class: "no" }, String(left)), el("td", { class: "no" }, String(right)),
-        el("td", { class: "code" }, line)));
+        codeCell(line, kind, language)));
     }
-    wrap.append(el("details", { class: "diff-file", open: "" },
+    wrap.append(el("details", { class: "diff-file", open: "", "data-language": language },
       el("summary", {}, file.name || "changes", ` (${file.lines.length} lines)`), table));
   }
   return wrap;
@@ -191,7 +205,7 @@ function actions(card) {
 
 function show(card) {
   const parts = [header(card)];
-  if (card.masked && card.approver) {
+  if (card.masked && card.revealable) {
     parts.push(el("button", {
       id: "reveal",
       onclick: async () => {
@@ -213,7 +227,9 @@ function show(card) {
 }
 
 async function start() {
-  if (tg) { tg.ready(); tg.expand(); }
+  followScheme();
+  if (tg) { tg.onEvent("themeChanged", followScheme); tg.ready(); tg.expand(); }
+  else window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", followScheme);
   if (!initData || !ref) { message("Open this page from a card's Details button."); return; }
   const { status, data } = await call("", "GET");
   if (status !== 200) { message(`Cannot show this card: ${data.error || status}.`); return; }
