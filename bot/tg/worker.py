@@ -38,6 +38,7 @@ from bot.errors import (
 )
 from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer, render_card
+from bot.render.edits import EditShown, offered_keys
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import details_button, keyboard
 from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
@@ -258,6 +259,9 @@ class CardWorker:
                                                                           card.item_id),
         )
         peer = view.agents.peer(card.agent_id)
+        edit = view.edits.of(card.card_id)
+        edited = EditShown(edit.arguments, edit.user_name) \
+            if edit is not None and edit.arguments and item.kind == "approval" else None
         render = functools.partial(
             render_card,
             self._renderer,
@@ -267,6 +271,7 @@ class CardWorker:
             secrets=policy.secrets,
             now=from_ms(self._clock.now_ms()),
             zone=policy.timezone,
+            edited=edited,
         )
 
         def draw() -> tuple[RenderedCard, Attachment | None]:
@@ -289,7 +294,9 @@ class CardWorker:
                            bound=bound,
                            grant=(offer.label, minutes) if offer and minutes else None,
                            details=details_button(card, self._config.webapp,
-                                                  self._bot_username))
+                                                  self._bot_username),
+                           editable=isinstance(parsed, Approval) and bool(offered_keys(parsed)),
+                           edit_revision=edit.revision if edit and edited else 0)
         message_id = card.message_id
         if message_id is None:
             self._reserve(card)
