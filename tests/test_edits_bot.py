@@ -5,10 +5,12 @@ bot, relay and test agent against the Bot API stand-in."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from conftest import eventually
 from test_batch_digest import chat_config, confirm, digest_showing
 from world import (
     ADA,
@@ -64,6 +66,17 @@ async def message_showing(world: World, chat_id: int,
     """The bot's latest message in a chat that ``where`` accepts, once there is one."""
     await world.tg.wait_for(lambda tg: any(where(m) for m in tg.bot_messages(chat_id)))
     return [m for m in world.tg.bot_messages(chat_id) if where(m)][-1]
+
+
+@contextlib.asynccontextmanager
+async def ops_group(world: World, **chat: Any) -> AsyncIterator[None]:
+    """The bot running for the Ops group (Ada and Bob approve, Dave watches), paired."""
+    world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB, DAVE])
+    async with running_bot(world, chat_config(world, OPS_GROUP, approvers=[ADA, BOB],
+                                              **chat)):
+        world.tg.send_text(OPS_GROUP, BOB, "/start")  # the bot learns Bob's name
+        await world.pair(OPS_GROUP)
+        yield
 
 
 def labels(message: StoredMessage) -> list[str]:
@@ -141,71 +154,62 @@ async def test_a_value_of_another_type_or_a_credential_is_not_taken(tmp_path: Pa
 
 
 async def test_an_observer_cannot_edit_and_a_secret_is_never_offered(tmp_path: Path) -> None:
-    async with make_world(tmp_path) as world:
-        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB, DAVE])
-        config = chat_config(world, OPS_GROUP, approvers=[ADA, BOB])
-        async with running_bot(world, config):
-            await world.pair(OPS_GROUP)
-            world.agent.submit_approval(bash("apr_o"))
-            secret = "ghp_" + "a1B2c3D4e5" * 4
-            world.agent.submit_approval(approval(
-                "apr_s", tool="Bash", arguments={"command": f"git push https://{secret}@x.io",
-                                                 "api_key": "k-123456789"},
-                editable=["command", "api_key"]))
-            card = await world.wait_card(OPS_GROUP, "apr_o")
-            query = world.tap(OPS_GROUP, card, DAVE, "Edit")
-            answer = await world.answer_of(query)
-            assert answer["show_alert"] is True and "watch but not decide" in answer["text"]
-            await asyncio.sleep(0.3)
-            assert prompts(world, OPS_GROUP) == []
-            assert [r.detail["refusal"] for r in world.running.store.audit.rows(
-                events=("tap",)) if r.detail["action"] == "edit"] == ["not_approver"]
+    async with make_world(tmp_path) as world, ops_group(world):
+        world.agent.submit_approval(bash("apr_o"))
+        secret = "ghp_" + "a1B2c3D4e5" * 4
+        world.agent.submit_approval(approval(
+            "apr_s", tool="Bash", arguments={"command": f"git push https://{secret}@x.io",
+                                             "api_key": "k-123456789"},
+            editable=["command", "api_key"]))
+        card = await world.wait_card(OPS_GROUP, "apr_o")
+        query = world.tap(OPS_GROUP, card, DAVE, "Edit")
+        answer = await world.answer_of(query)
+        assert answer["show_alert"] is True and "watch but not decide" in answer["text"]
+        await asyncio.sleep(0.3)
+        assert prompts(world, OPS_GROUP) == []
+        assert [r.detail["refusal"] for r in world.running.store.audit.rows(
+            events=("tap",)) if r.detail["action"] == "edit"] == ["not_approver"]
 
-            guarded = await world.wait_card(OPS_GROUP, "apr_s")
-            assert not any("Edit" in label for label in labels(guarded))
-            forged = guarded.buttons()[0]["callback_data"].rsplit(":", 1)[0] + ":e"
-            query = world.tg.tap(OPS_GROUP, guarded.message_id, ADA, forged, forged=True)
-            assert (await world.answer_of(query))["show_alert"] is True
-            await asyncio.sleep(0.3)
-            assert prompts(world, OPS_GROUP) == []
-            assert secret not in str([m.text for m in world.tg.bot_messages(OPS_GROUP)])
+        guarded = await world.wait_card(OPS_GROUP, "apr_s")
+        assert not any("Edit" in label for label in labels(guarded))
+        forged = guarded.buttons()[0]["callback_data"].rsplit(":", 1)[0] + ":e"
+        query = world.tg.tap(OPS_GROUP, guarded.message_id, ADA, forged, forged=True)
+        assert (await world.answer_of(query))["show_alert"] is True
+        await asyncio.sleep(0.3)
+        assert prompts(world, OPS_GROUP) == []
+        assert secret not in str([m.text for m in world.tg.bot_messages(OPS_GROUP)])
 
 
 async def test_an_edit_restarts_the_quorum(tmp_path: Path) -> None:
-    async with make_world(tmp_path) as world:
-        world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB])
-        config = chat_config(world, OPS_GROUP, approvers=[ADA, BOB], required_approvals=2)
-        async with running_bot(world, config):
-            world.tg.send_text(OPS_GROUP, BOB, "/start")
-            await world.pair(OPS_GROUP)
-            world.agent.submit_approval(bash("apr_q"))
-            card = await world.wait_card(OPS_GROUP, "apr_q")
-            world.tap(OPS_GROUP, card, ADA, "✅ Approve")
-            card = await world.wait_card(OPS_GROUP, "apr_q", lambda m: "1 of 2" in m.text)
-            approve_original = button_data(card, "✅ Approve")
+    async with make_world(tmp_path) as world, ops_group(world, required_approvals=2):
+        world.agent.submit_approval(bash("apr_q"))
+        card = await world.wait_card(OPS_GROUP, "apr_q")
+        world.tap(OPS_GROUP, card, ADA, "✅ Approve")
+        card = await world.wait_card(OPS_GROUP, "apr_q", lambda m: "1 of 2" in m.text)
+        approve_original = button_data(card, "✅ Approve")
 
-            await edit(world, OPS_GROUP, card, BOB, "rm -rf build/tmp")
-            edited = await world.wait_card(OPS_GROUP, "Edited by Bob",
-                                           lambda m: bool(m.buttons()))
-            assert "1 of 2" not in edited.text  # Ada approved the call before the edit
-            stale = world.tg.tap(OPS_GROUP, card.message_id, ADA, approve_original,
-                                 forged=True)
-            assert (await world.answer_of(stale))["show_alert"] is True
-            world.tap(OPS_GROUP, edited, BOB, "Approve edited")
-            await world.wait_card(OPS_GROUP, "Edited by Bob", lambda m: "1 of 2" in m.text)
-            await asyncio.sleep(0.3)
-            assert world.agent.decisions == []
-            world.tap(OPS_GROUP, edited, ADA, "Approve edited")
-            await world.agent.wait_for(lambda a: len(a.decisions) == 1)
-            assert world.agent.decisions[0].arguments == {"command": "rm -rf build/tmp",
-                                                          "timeout": 30}
-            audit = world.running.store.audit
-            [made] = audit.rows(events=("edit",))
-            assert made.user_name == "Bob Builder"
-            assert [v["name"] for v in made.detail["votes_dropped"]] == ["Ada Lovelace"]
-            [sent] = audit.rows(events=("decision_sent",))
-            assert [a["name"] for a in sent.detail["approvers"]] == [
-                "Bob Builder", "Ada Lovelace"]
+        await edit(world, OPS_GROUP, card, BOB, "rm -rf build/tmp")
+        edited = await world.wait_card(OPS_GROUP, "Edited by Bob",
+                                       lambda m: bool(m.buttons()))
+        assert "1 of 2" not in edited.text  # Ada approved the call before the edit
+        stale = world.tg.tap(OPS_GROUP, card.message_id, ADA, approve_original,
+                             forged=True)
+        assert (await world.answer_of(stale))["show_alert"] is True
+        world.tap(OPS_GROUP, edited, BOB, "Approve edited")
+        await world.wait_card(OPS_GROUP, "Edited by Bob", lambda m: "1 of 2" in m.text)
+        await asyncio.sleep(0.3)
+        assert world.agent.decisions == []
+        world.tap(OPS_GROUP, edited, ADA, "Approve edited")
+        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+        assert world.agent.decisions[0].arguments == {"command": "rm -rf build/tmp",
+                                                      "timeout": 30}
+        audit = world.running.store.audit
+        [made] = audit.rows(events=("edit",))
+        assert made.user_name == "Bob Builder"
+        assert [v["name"] for v in made.detail["votes_dropped"]] == ["Ada Lovelace"]
+        [sent] = audit.rows(events=("decision_sent",))
+        assert [a["name"] for a in sent.detail["approvers"]] == [
+            "Bob Builder", "Ada Lovelace"]
 
 
 async def test_a_batch_leaves_out_an_item_being_edited(tmp_path: Path) -> None:
@@ -235,10 +239,9 @@ async def test_a_pending_edit_survives_a_restart(tmp_path: Path) -> None:
             world.tap(ADA, card, ADA, "Edit")
             await world.tg.wait_for(lambda tg: bool(prompts(world, ADA)))
             store = world.running.store
-            for _ in range(200):  # the bot records its prompt once Telegram took it
-                if store.edits.prompt(ADA, prompts(world, ADA)[-1].message_id) is not None:
-                    break
-                await asyncio.sleep(0.05)
+            # The bot records its prompt once Telegram took it.
+            await eventually(lambda: store.edits.prompt(
+                ADA, prompts(world, ADA)[-1].message_id) is not None)
         prompt = prompts(world, ADA)[-1]
         async with running_bot(world):
             world.tg.send_text(ADA, ADA, "rm -rf build/old", reply_to=prompt.message_id)
