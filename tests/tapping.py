@@ -49,3 +49,18 @@ async def deny_with_reason(hw: HostWorld, needle: str, reason: str) -> None:
     await hw.tg.wait_for(lambda tg: _prompts(hw) > before, timeout=SLOW_MACHINE_SECONDS)
     prompt = await hw.world.force_reply_prompt(ADA)
     hw.tg.send_text(ADA, ADA, reason, reply_to=prompt.message_id)
+
+
+async def edit_and_approve(hw: HostWorld, needle: str, value: str) -> StoredMessage:
+    """Tap "✏️ Edit" on the card, reply ``value`` to the bot's prompt, and approve the
+    edited card; the card (as it is now)."""
+    found = await card_showing(hw, needle)
+    before = _prompts(hw)
+    hw.world.tap(ADA, found, ADA, "✏️ Edit")
+    await hw.tg.wait_for(lambda tg: _prompts(hw) > before, timeout=SLOW_MACHINE_SECONDS)
+    prompt = await hw.world.force_reply_prompt(ADA)
+    hw.tg.send_text(ADA, ADA, value, reply_to=prompt.message_id)
+    await hw.tg.wait_for(lambda tg: "Approve edited" in str(found.buttons()),
+                         timeout=SLOW_MACHINE_SECONDS)
+    hw.world.tap(ADA, found, ADA, "Approve edited")
+    return found
