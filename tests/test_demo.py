@@ -135,6 +135,32 @@ async def test_demo_agent_prints_a_link_and_serves_a_bot(tmp_path: Path) -> None
     assert "sk_live" not in out.getvalue()
 
 
+async def test_the_demo_offers_edits_and_reports_an_edited_approval(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        out, stop = Output(), asyncio.Event()
+        options = DemoOptions(token=TOKEN, api_url=world.tg.api_url, state=tmp_path / "demo",
+                              chat_pace_s=0)
+        demo = asyncio.create_task(run_demo(options, stop=stop, out=out))
+        await out.wait_for("send /start")
+        world.tg.send_text(ADA, ADA, "/start")
+        await world.tg.wait_for(lambda tg: len(world.cards(ADA)) == len(DEMO_ITEMS))
+        email = world.card(ADA, "send_email")
+        assert "✏️ Edit" in str(email.buttons())
+        world.tap(ADA, email, ADA, "✏️ Edit")
+        await world.tg.wait_for(lambda tg: any("Which value should change" in m.text
+                                               for m in tg.bot_messages(ADA)))
+        chooser = [m for m in world.tg.bot_messages(ADA) if "Which value" in m.text][-1]
+        world.tap(ADA, chooser, ADA, "✏️ subject")
+        prompt = await world.force_reply_prompt(ADA)
+        assert "Q3 estimate" in prompt.text
+        world.tg.send_text(ADA, ADA, "Q3 estimate (revised)", reply_to=prompt.message_id)
+        await world.tg.wait_for(lambda tg: "Approve edited" in str(email.buttons()))
+        world.tap(ADA, email, ADA, "Approve edited")
+        await out.wait_for("✅ approved send_email with an edit by Ada Lovelace (@ada)")
+        stop.set()
+        assert await asyncio.wait_for(demo, TIMEOUT) == 0
+
+
 def test_typed_text_cannot_drive_the_terminal() -> None:
     assert printable("ok\x1b[2J\x07gone\nnext") == "ok [2J gone next"
     assert who(Person("Ada\x1b[31m", 1, "ada")) == "Ada [31m (@ada)"
