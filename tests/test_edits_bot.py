@@ -123,6 +123,8 @@ async def test_an_edit_turns_the_card_and_approve_edited_sends_the_edited_call(
         assert sent.detail["edited"] is True and sent.detail["edited_by"] == "Ada Lovelace"
         assert sent.detail["edited_sha256"] == args_sha256(edited)
         assert [a["name"] for a in sent.detail["approvers"]] == ["Ada Lovelace"]
+        world.tg.send_text(ADA, ADA, "/history")
+        await message_showing(world, ADA, lambda m: "approved an edit by Ada Lovelace" in m.text)
 
 
 async def test_a_value_of_another_type_or_a_credential_is_not_taken(tmp_path: Path) -> None:
