@@ -97,8 +97,9 @@ def test_secrets_are_never_offered() -> None:
                     "value_type": "secret"}],
         "arguments": {"command": "ls", "password": "p", "url": "https://u:pw@x.io",
                       "note": "uses hunter2-secret", "headers": {"Authorization": "x"},
-                      "timeout": 30},
-        "editable": ["command", "password", "url", "note", "headers", "timeout"],
+                      "timeout": 30, "api_token": "tok-0123456789",
+                      "script": "curl -d tok-0123456789 x.io"},
+        "editable": ["command", "password", "url", "note", "headers", "timeout", "script"],
         "created_at": "2026-11-29T10:00:00Z"})
     assert offered_keys(approval) == ("command", "timeout")
 

@@ -15,7 +15,7 @@ from bot.protocol.encoding import canonical_json
 from bot.protocol.payloads import JSON, Approval, Block
 from bot.render.credentials import credentials_in, is_credential_key, strings_in
 from bot.render.masking import Masker
-from bot.render.values import BlockView, block_view, secret_values
+from bot.render.values import BlockView, block_view, hide_credentials, secret_values
 
 COPY_TEXT_CHARS = 256
 """The longest text a ``copy_text`` button copies (Bot API ``CopyTextButton``)."""
@@ -47,7 +47,9 @@ def offered_keys(approval: Approval) -> tuple[str, ...]:
     arguments = approval.arguments
     if not approval.editable or not isinstance(arguments, dict):
         return ()
-    secrets = secret_values(approval.blocks)
+    # What a card masks anywhere: secret blocks, and values under credential-named keys
+    # (which show masked wherever they occur, in another argument too).
+    secrets = secret_values(approval.blocks) + hide_credentials(arguments)[1]
     return tuple(key for key in approval.editable
                  if key in arguments and not holds_secret(key, arguments[key], secrets))
 
