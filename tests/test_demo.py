@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from world import ADA, BOB, TOKEN, make_world, running_bot
+from world import ADA, BOB, TOKEN, World, make_world, running_bot
 
 from bot.cli import main as cli_main
 from bot.demo import DemoOptions, run_demo
@@ -42,12 +42,17 @@ class Output(io.StringIO):
         return self.getvalue()
 
 
+def start_demo(world: World, out: Output, stop: asyncio.Event) -> asyncio.Task[int]:
+    """``skald-telegram demo`` against the world's Telegram stand-in, until ``stop``."""
+    options = DemoOptions(token=TOKEN, api_url=world.tg.api_url,
+                          state=world.tmp / "demo", chat_pace_s=0)
+    return asyncio.create_task(run_demo(options, stop=stop, out=out))
+
+
 async def test_demo_pairs_the_first_start_asks_and_prints_decisions(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
         out, stop = Output(), asyncio.Event()
-        options = DemoOptions(token=TOKEN, api_url=world.tg.api_url, state=tmp_path / "demo",
-                              chat_pace_s=0)
-        demo = asyncio.create_task(run_demo(options, stop=stop, out=out))
+        demo = start_demo(world, out, stop)
         text = await out.wait_for("send /start")
         assert "DEMO MODE" in text and "@skald_test_bot" in text
 
@@ -138,9 +143,7 @@ async def test_demo_agent_prints_a_link_and_serves_a_bot(tmp_path: Path) -> None
 async def test_the_demo_offers_edits_and_reports_an_edited_approval(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
         out, stop = Output(), asyncio.Event()
-        options = DemoOptions(token=TOKEN, api_url=world.tg.api_url, state=tmp_path / "demo",
-                              chat_pace_s=0)
-        demo = asyncio.create_task(run_demo(options, stop=stop, out=out))
+        demo = start_demo(world, out, stop)
         await out.wait_for("send /start")
         world.tg.send_text(ADA, ADA, "/start")
         await world.tg.wait_for(lambda tg: len(world.cards(ADA)) == len(DEMO_ITEMS))
