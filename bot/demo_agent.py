@@ -1,7 +1,8 @@
 """The demo agent: what it asks for, how it reports, and ``skald-telegram demo-agent``.
 
-Once paired, the demo agent asks for a realistic set of approvals and a question
-(:data:`DEMO_ITEMS`) and prints every decision and answer it receives, with who made it.
+Once paired, the demo agent asks for a realistic set of approvals (two of them editable
+before approving) and a question (:data:`DEMO_ITEMS`) and prints every decision and answer
+it receives, with who made it.
 ``demo`` (:mod:`bot.demo`) and the playground (:mod:`bot.playground.session`) run it beside
 the bot; ``demo-agent`` runs it alone against a relay, for trying a bot that runs elsewhere:
 it prints a pairing link (and its QR code) and waits for a device to pair.
@@ -88,6 +89,7 @@ DEMO_ITEMS: Final[tuple[dict[str, Any], ...]] = (
             {"type": "block", "label": "Body", "value": _EMAIL_BODY, "value_type": "text"},
         ]},
         "arguments": {"to": "mario@acme.com", "subject": "Q3 estimate", "body": _EMAIL_BODY},
+        "editable": ["subject", "body"],
     },
     {
         "kind": "approval",
@@ -129,6 +131,7 @@ DEMO_ITEMS: Final[tuple[dict[str, Any], ...]] = (
             {"type": "block", "label": "Command", "value": _COMMAND, "value_type": "command"},
         ]},
         "arguments": {"host": "web-1.internal", "command": _COMMAND},
+        "editable": ["command"],
     },
     {
         "kind": "clarification",
@@ -217,7 +220,8 @@ class DemoAgent:
     def _decision_line(self, decision: ApprovalDecision) -> str:
         tool = self._titles.get(decision.approval_id, decision.approval_id)
         if decision.decision == "approve":
-            return f"✅ approved {tool} by {who(decision.decided_by)}"
+            edited = " with an edit" if decision.arguments is not None else ""
+            return f"✅ approved {tool}{edited} by {who(decision.decided_by)}"
         reason = f": {printable(decision.reason)}" if decision.reason else ""
         return f"❌ denied {tool} by {who(decision.decided_by)}{reason}"
 

@@ -41,11 +41,28 @@ def _prompts(hw: HostWorld) -> int:
                and call.params["reply_markup"].get("force_reply"))
 
 
-async def deny_with_reason(hw: HostWorld, needle: str, reason: str) -> None:
-    """Tap "Deny with reason" and answer the bot's prompt with ``reason``."""
+async def answer_prompt(hw: HostWorld, needle: str, label: str, text: str) -> StoredMessage:
+    """Tap ``label`` on the card and answer the bot's prompt (a ForceReply) with ``text``;
+    the card."""
     found = await card_showing(hw, needle)
     before = _prompts(hw)
-    hw.world.tap(ADA, found, ADA, "Deny with reason")
+    hw.world.tap(ADA, found, ADA, label)
     await hw.tg.wait_for(lambda tg: _prompts(hw) > before, timeout=SLOW_MACHINE_SECONDS)
     prompt = await hw.world.force_reply_prompt(ADA)
-    hw.tg.send_text(ADA, ADA, reason, reply_to=prompt.message_id)
+    hw.tg.send_text(ADA, ADA, text, reply_to=prompt.message_id)
+    return found
+
+
+async def deny_with_reason(hw: HostWorld, needle: str, reason: str) -> None:
+    """Tap "Deny with reason" and answer the bot's prompt with ``reason``."""
+    await answer_prompt(hw, needle, "Deny with reason", reason)
+
+
+async def edit_and_approve(hw: HostWorld, needle: str, value: str) -> StoredMessage:
+    """Tap "✏️ Edit" on the card, reply ``value`` to the bot's prompt, and approve the
+    edited card; the card (as it is now)."""
+    found = await answer_prompt(hw, needle, "✏️ Edit", value)
+    await hw.tg.wait_for(lambda tg: "Approve edited" in str(found.buttons()),
+                         timeout=SLOW_MACHINE_SECONDS)
+    hw.world.tap(ADA, found, ADA, "Approve edited")
+    return found

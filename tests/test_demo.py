@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from world import ADA, BOB, TOKEN, make_world, running_bot
+from world import ADA, BOB, TOKEN, World, make_world, running_bot
 
 from bot.cli import main as cli_main
 from bot.demo import DemoOptions, run_demo
@@ -42,12 +42,17 @@ class Output(io.StringIO):
         return self.getvalue()
 
 
+def start_demo(world: World, out: Output, stop: asyncio.Event) -> asyncio.Task[int]:
+    """``skald-telegram demo`` against the world's Telegram stand-in, until ``stop``."""
+    options = DemoOptions(token=TOKEN, api_url=world.tg.api_url,
+                          state=world.tmp / "demo", chat_pace_s=0)
+    return asyncio.create_task(run_demo(options, stop=stop, out=out))
+
+
 async def test_demo_pairs_the_first_start_asks_and_prints_decisions(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
         out, stop = Output(), asyncio.Event()
-        options = DemoOptions(token=TOKEN, api_url=world.tg.api_url, state=tmp_path / "demo",
-                              chat_pace_s=0)
-        demo = asyncio.create_task(run_demo(options, stop=stop, out=out))
+        demo = start_demo(world, out, stop)
         text = await out.wait_for("send /start")
         assert "DEMO MODE" in text and "@skald_test_bot" in text
 
@@ -133,6 +138,30 @@ async def test_demo_agent_prints_a_link_and_serves_a_bot(tmp_path: Path) -> None
         assert await asyncio.wait_for(agent, TIMEOUT) == 0
     assert (tmp_path / "agent" / "demo-agent.json").exists()
     assert "sk_live" not in out.getvalue()
+
+
+async def test_the_demo_offers_edits_and_reports_an_edited_approval(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world:
+        out, stop = Output(), asyncio.Event()
+        demo = start_demo(world, out, stop)
+        await out.wait_for("send /start")
+        world.tg.send_text(ADA, ADA, "/start")
+        await world.tg.wait_for(lambda tg: len(world.cards(ADA)) == len(DEMO_ITEMS))
+        email = world.card(ADA, "send_email")
+        assert "✏️ Edit" in str(email.buttons())
+        world.tap(ADA, email, ADA, "✏️ Edit")
+        await world.tg.wait_for(lambda tg: any("Which value should change" in m.text
+                                               for m in tg.bot_messages(ADA)))
+        chooser = [m for m in world.tg.bot_messages(ADA) if "Which value" in m.text][-1]
+        world.tap(ADA, chooser, ADA, "✏️ subject")
+        prompt = await world.force_reply_prompt(ADA)
+        assert "Q3 estimate" in prompt.text
+        world.tg.send_text(ADA, ADA, "Q3 estimate (revised)", reply_to=prompt.message_id)
+        await world.tg.wait_for(lambda tg: "Approve edited" in str(email.buttons()))
+        world.tap(ADA, email, ADA, "Approve edited")
+        await out.wait_for("✅ approved send_email with an edit by Ada Lovelace (@ada)")
+        stop.set()
+        assert await asyncio.wait_for(demo, TIMEOUT) == 0
 
 
 def test_typed_text_cannot_drive_the_terminal() -> None:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from bot.hidden import holds_hidden
-from bot.protocol.encoding import canonical_json
-from bot.render.credentials import credentials_in, is_credential_key, strings_in
+from bot.protocol.encoding import canonical_json, json_type
+from bot.render.edits import holds_secret
 
 
 def editable_keys(
@@ -25,16 +25,7 @@ def editable_keys(
     secrets = [str(block.get("value")) for block in blocks
                if block.get("value_type") == "secret" and block.get("value")]
     return tuple(key for key in wanted
-                 if not _holds_secret(key, arguments.get(key), secrets))
-
-
-def _holds_secret(key: str, value: Any, secrets: Sequence[str]) -> bool:
-    if is_credential_key(key):
-        return True
-    texts = list(strings_in([value]))
-    if any(credentials_in(text) for text in texts):
-        return True
-    return any(secret in text for secret in secrets for text in texts)
+                 if not holds_secret(key, arguments.get(key), secrets))
 
 
 def edit_refusal(
@@ -55,18 +46,3 @@ def edit_refusal(
         if holds_hidden(value):
             return f"the edited {key!r} holds an invisible or control character"
     return None
-
-
-def json_type(value: Any) -> str:
-    """The JSON type of ``value``: an integer and a fraction are both a number."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    return "array"

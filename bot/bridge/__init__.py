@@ -11,7 +11,8 @@ relay.
 One module per job, over :mod:`bot.bridge.base` (the shared vocabulary):
 :mod:`~bot.bridge.intake` (deliveries opened and batched, :mod:`~bot.bridge.batch`),
 :mod:`~bot.bridge.applying` (agents' payloads applied), :mod:`~bot.bridge.decisions`
-(taps, decisions and grants), :mod:`~bot.bridge.digests` (digests, batch taps),
+(taps, decisions and grants), :mod:`~bot.bridge.editing` (edits before approving),
+:mod:`~bot.bridge.digests` (digests, batch taps),
 :mod:`~bot.bridge.pairing` and :mod:`~bot.bridge.bookkeeping` (what Telegram reported
 and showed).
 """
@@ -28,6 +29,7 @@ from bot.bridge.decisions import (
     wait_until_revoked,
 )
 from bot.bridge.digests import BatchReport, DigestKeeping
+from bot.bridge.editing import Editing, EditReport
 from bot.bridge.intake import OFF_LOOP_BYTES, Intake
 from bot.bridge.pairing import PAIRING_TIMEOUT_S, Pairings, wait_until_paired
 
@@ -39,6 +41,7 @@ __all__ = [
     "BatchReport",
     "Bridge",
     "Changes",
+    "EditReport",
     "RevokeReport",
     "TapReport",
     "wait_until_paired",
@@ -46,6 +49,6 @@ __all__ = [
 ]
 
 
-class Bridge(Intake, DigestKeeping, Decisions, Pairings, Bookkeeping):
+class Bridge(Intake, DigestKeeping, Editing, Decisions, Pairings, Bookkeeping):
     """Applies agents' envelopes, people's decisions and what Telegram reported to the
     store: the one writer of the bot's state."""

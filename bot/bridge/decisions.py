@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from bot.bridge.base import NOTHING, REDRAW, BridgeBase, Changes
 from bot.clock import from_ms
 from bot.config import ChatPolicy
+from bot.core.edits import EditRow
 from bot.core.grants import GrantedRow, GrantRow, grant_status, may_be_granted, offered_minutes
 from bot.core.inbox import DECIDED_STATES
 from bot.core.model import CardRow, DecisionRow, ItemRow, parse_item
@@ -77,11 +78,14 @@ class Decisions(BridgeBase):
         approvers: frozenset[int],
         option: int | None = None,
         text: str | None = None,
+        editable: bool = False,
     ) -> TapReport:
         """Apply one tap (or a typed deny reason or answer, ``text``) in ``chat_id``, and
         record it in the audit trail, allowed or not. A token of a card in another chat is
         an unknown card: the tapper's rights come from the chat the tap happened in, and its
-        rules (approvals required, grants) from the configuration."""
+        rules (approvals required, grants) from the configuration. ``editable``: the card
+        offers a value to edit (none holds a secret). An approval of an edited card sends
+        the edited call."""
         now = self.now_ms()
         voter = Voter(tapper.telegram_user_id or 0, tapper.name, now)
         card = self._store.cards.by_token(token)
@@ -91,6 +95,8 @@ class Decisions(BridgeBase):
             return TapReport(Refused(Refusal.UNKNOWN_CARD))
         parsed = parse_item(item)
         policy = self.policy(chat_id)
+        edited = self._store.edits.of(card.card_id)
+        edited_args = edited.arguments if edited is not None else None
         view = ItemView(
             kind=item.kind,
             open=item.state == "open",
@@ -98,6 +104,8 @@ class Decisions(BridgeBase):
             bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
             options=parsed.options if isinstance(parsed, Clarification) else (),
             grant_minutes=self._offered_minutes(parsed, policy, card.agent_id),
+            editable=editable and isinstance(parsed, Approval) and bool(parsed.editable),
+            edit_revision=edited.revision if edited is not None and edited_args else 0,
         )
         votes = tuple(Voter(v.user_id, v.name, v.at) for v in self._store.cards.votes(card.card_id))
         result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
@@ -114,14 +122,15 @@ class Decisions(BridgeBase):
                 refusal=result.reason.value if isinstance(result, Refused) else None,
             )
             if isinstance(result, Tallied):
-                if action is Action.APPROVE:
+                if action in (Action.APPROVE, Action.APPROVE_EDITED):
                     self._store.cards.add_vote(card.card_id, voter.user_id, tapper.name, now)
                 else:
                     self._store.cards.remove_vote(card.card_id, voter.user_id)
             elif isinstance(result, Decided) and isinstance(parsed, Approval):
                 if result.decision == "approve":
                     self._store.cards.add_vote(card.card_id, voter.user_id, tapper.name, now)
-                changes |= self._decide(card, parsed, result, tapper, now)
+                changes |= self._decide(card, parsed, result, tapper, now,
+                                        edited=edited if edited_args else None)
             elif isinstance(result, Answered):
                 changes |= self._answer(card, item.item_id, result.answer, tapper, now)
         item = self._store.items.get(card.agent_id, card.item_id)
@@ -161,9 +170,12 @@ class Decisions(BridgeBase):
                                  action=action, allowed=False, refusal=reason.value)
 
     def _decide(
-        self, card: CardRow, approval: Approval, result: Decided, person: Person, now: int
+        self, card: CardRow, approval: Approval, result: Decided, person: Person, now: int,
+        *, edited: EditRow | None = None,
     ) -> Changes:
         offer = approval.grant_offer if result.grant_minutes else None
+        arguments = edited.arguments if edited is not None and result.decision == "approve" \
+            else None
         payload = ApprovalDecision(
             decision_id=str(uuid.uuid4()),
             approval_id=approval.id,
@@ -173,6 +185,8 @@ class Decisions(BridgeBase):
             decided_at=format_rfc3339(from_ms(now)),
             args_sha256=args_sha256(approval.arguments),
             grant=GrantRequest(offer.key, result.grant_minutes) if offer else None,
+            arguments=arguments,
+            edited_sha256=args_sha256(arguments) if arguments is not None else None,
         )
         envelope_id, changes = self._send_to_agent(card.agent_id, payload)
         self._store.items.add_decision(DecisionRow(
@@ -189,6 +203,7 @@ class Decisions(BridgeBase):
             decision=result.decision, reason=result.reason, decision_id=payload.decision_id,
             approvers=[{"user_id": v.user_id, "name": v.name, "at": v.at_ms}
                                  for v in result.voters],
+            **_edit_detail(edited if arguments is not None else None),
         )
         if offer is not None:
             until = now + result.grant_minutes * 60_000
@@ -274,6 +289,14 @@ class Decisions(BridgeBase):
             for grant in grants.active_for_chat(chat_id, now):
                 grants.add_note_line(note_id, grant.agent_id, grant.grant_id)
         return REDRAW
+
+
+def _edit_detail(edited: EditRow | None) -> dict[str, object]:
+    """What the audit trail records of the edit a decision sent."""
+    if edited is None or edited.arguments is None:
+        return {}
+    return {"edited": True, "edited_sha256": args_sha256(edited.arguments),
+            "edit_revision": edited.revision, "edited_by": edited.user_name}
 
 
 async def wait_until_revoked(

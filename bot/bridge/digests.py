@@ -81,7 +81,8 @@ class DigestKeeping(Decisions, BridgeBase):
     ) -> BatchReport:
         """A confirmed "Approve all" or "Deny all" (``action`` APPROVE or DENY) on version
         ``version`` of a digest: each item that version listed and that is still open,
-        except those ``left_out`` of batches (a secret, a warning), is tapped once by
+        except those ``left_out`` of batches (a secret, a warning) and those with an edit
+        in progress, is tapped once by
         ``tapper``: in a quorum chat, one vote each. Never a grant."""
         if action not in (Action.APPROVE, Action.DENY):
             raise ValueError(f"a batch approves or denies, not {action.name}")
@@ -98,7 +99,8 @@ class DigestKeeping(Decisions, BridgeBase):
         changes = NOTHING
         for item_id in self._store.digests.items(digest.digest_id, version):
             card = cards.get(item_id)
-            if card is None or item_id in left_out:
+            if card is None or item_id in left_out or self._store.edits.in_progress(
+                    card.card_id):
                 skipped.append(item_id)
                 continue
             report = self.tap(card.token, action, chat_id=chat_id, tapper=tapper,

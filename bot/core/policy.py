@@ -28,6 +28,10 @@ class Action(enum.Enum):
     """Approve, and grant the calls under the approval's offered key for a while."""
     REVOKE = "v"
     """End a grant (the button's token is the grant's, not a card's)."""
+    EDIT = "e"
+    """Edit a value before approving (the option, if any, picks the key)."""
+    APPROVE_EDITED = "E"
+    """Approve the edited call (the option names the edit's revision)."""
 
 
 class Refusal(enum.Enum):
@@ -65,6 +69,10 @@ class ItemView:
     options: tuple[str, ...] = ()
     grant_minutes: int = 0
     """How long a grant "Approve + …" gives here; 0 when the card offers none."""
+    editable: bool = False
+    """Whether the card offers a value to edit."""
+    edit_revision: int = 0
+    """The revision of the edit the card shows; 0 when it shows the agent's own call."""
 
 
 @dataclass(frozen=True)
@@ -98,16 +106,22 @@ class AskReason:
 
 
 @dataclass(frozen=True)
+class AskEdit:
+    """The tapper may edit: ask them for the new value (or first which key)."""
+
+
+@dataclass(frozen=True)
 class Answered:
     """The question is answered with ``answer`` (an option's text or typed text)."""
 
     answer: str
 
 
-TapResult = Refused | Tallied | Decided | AskReason | Answered
+TapResult = Refused | Tallied | Decided | AskReason | AskEdit | Answered
 
 _APPROVAL_ACTIONS = frozenset({Action.APPROVE, Action.DENY, Action.DENY_WITH_REASON,
-                               Action.WITHDRAW, Action.APPROVE_GRANT})
+                               Action.WITHDRAW, Action.APPROVE_GRANT, Action.EDIT,
+                               Action.APPROVE_EDITED})
 
 
 def may_decide(user_id: int, approvers: frozenset[int]) -> bool:
@@ -143,9 +157,19 @@ def evaluate_tap(
         return Refused(Refusal.WRONG_BUTTON)
     standing = tuple(v for v in voters if may_decide(v.user_id, approvers))
     already = any(v.user_id == tapper.user_id for v in standing)
+    if action is Action.EDIT:
+        return AskEdit() if item.editable else Refused(Refusal.WRONG_BUTTON)
+    if action in (Action.APPROVE, Action.APPROVE_EDITED):
+        # An approval names the version it approves: the agent's call, or one revision
+        # of an edit. A tap on a version the card no longer shows counts for nothing.
+        shown = option if action is Action.APPROVE_EDITED else 0
+        if shown != item.edit_revision:
+            return Refused(Refusal.OUTDATED)
+        action = Action.APPROVE
     if action is Action.APPROVE_GRANT:
-        # Never with a quorum: one person must not widen what several guard.
-        if item.grant_minutes <= 0 or required > 1:
+        # Never with a quorum: one person must not widen what several guard; never with
+        # an edit (the agent offered its grant for its own call).
+        if item.grant_minutes <= 0 or required > 1 or item.edit_revision:
             return Refused(Refusal.WRONG_BUTTON)
         return Decided("approve", tapper, (*standing, tapper),
                        grant_minutes=item.grant_minutes)

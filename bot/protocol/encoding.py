@@ -97,6 +97,21 @@ def args_sha256(arguments: JSON) -> str:
     return b64u_encode(hashlib.sha256(canonical_json(arguments)).digest())
 
 
+def json_type(value: JSON) -> str:
+    """The JSON type of ``value``: an integer and a fraction are both a number."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    return "array"
+
+
 def loads_limited(data: bytes | str, *, max_bytes: int, max_depth: int = 64) -> JSON:
     """Decode JSON that came from outside, refusing anything a hostile peer could use.
 

@@ -1,6 +1,6 @@
 """What a digest shows of each waiting approval: its title line (a shell command as it
 will run, a file change with its +/− line counts), and why an item is left out of batch
-decisions (a secret, or a card that warns)."""
+decisions (a secret, a card that warns, or an edit in progress)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bot.render.values import plain_text, secret_values
 LINE_CHARS = 600
 """A digest line longer than this is cut with "…" (the card shows it all)."""
 
-LeftOut = Literal["secret", "hidden", "host"]
+LeftOut = Literal["secret", "hidden", "host", "editing"]
 
 
 def left_out(approval: Approval) -> LeftOut | None:

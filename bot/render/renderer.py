@@ -24,6 +24,7 @@ from bot import hidden
 from bot.core.status import CardStatus, Tap
 from bot.errors import RenderError
 from bot.protocol.payloads import Approval, Clarification
+from bot.render.edits import EditShown, change_views
 from bot.render.environment import build_environment, in_zone
 from bot.render.fit import (
     LIMIT_BYTES,
@@ -143,21 +144,27 @@ class Renderer:
         now: datetime,
         status: CardStatus | None = None,
         zone: str | None = None,
+        edited: EditShown | None = None,
     ) -> RenderedCard:
         """The card for one approval; ``secrets`` is ``"spoiler"`` (shown behind a
         spoiler in its own block), ``"masked"`` (never shown) or ``"details"`` (never
         shown; its name and "reveal in Details" instead); times in the IANA time zone
-        ``zone`` (UTC by default)."""
+        ``zone`` (UTC by default). An ``edited`` card shows the edited call instead of the
+        agent's description of its own: the change, then every argument."""
         secret_texts = secret_values(approval.blocks)
         arguments = None
-        if not approval.blocks and approval.arguments is not None:
-            arguments, credentials = hide_credentials(approval.arguments)
+        shown_arguments = edited.arguments if edited is not None else approval.arguments
+        if (edited is not None or not approval.blocks) and shown_arguments is not None:
+            arguments, credentials = hide_credentials(shown_arguments)
             secret_texts += credentials
         mask = masker(secret_texts)
         views = [block_view(block, mask=mask, secrets=secrets) for block in approval.blocks]
         if arguments is not None:
             views = [arguments_view(arguments, mask=mask)]
-        title, title_punycode = honest_hosts(_title_text(approval.summary, mask))
+        if edited is not None and isinstance(approval.arguments, dict):
+            views = [*change_views(approval.arguments, edited.arguments, mask=mask), *views]
+        summary = approval.summary if edited is None else ""
+        title, title_punycode = honest_hosts(_title_text(summary, mask))
         context = self._header_context(agent_name, approval.expires_at, now, status, mask,
                                        zone)
         tool, tool_punycode = honest_hosts(hidden.one_line(mask(clean(approval.tool))))
@@ -165,6 +172,8 @@ class Renderer:
         context["hidden"] = (context["hidden"] or hidden.has_hidden(title)
                              or hidden.has_hidden(tool))
         context["punycode"] = context["punycode"] or title_punycode or tool_punycode
+        context["edited_by"] = _capped(hidden.strip(hidden.one_line(mask(clean(
+            edited.by)))), _NAME_ROOM) if edited is not None else None
         # A secret can sit in the tool name or the item id too: the file name, like
         # everything else a chat sees, is built from masked text.
         stem = _filename_part(mask(clean(approval.tool))) + "-" + _filename_part(

@@ -19,6 +19,7 @@ from bot.store.cards import Cards
 from bot.store.chats import Chats
 from bot.store.db import SCHEMA_VERSION, Database
 from bot.store.digests import Digests
+from bot.store.edits import Edits
 from bot.store.grants import Grants
 from bot.store.items import Items
 from bot.store.outbox import Outbox
@@ -43,6 +44,7 @@ class Store:
         self.grants = Grants(db)
         self.updates = Updates(db)
         self.digests = Digests(db)
+        self.edits = Edits(db)
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -79,7 +81,7 @@ class Store:
 
     def view(self) -> StoreView:
         return StoreView(self.agents, self.items, self.cards, self.outbox, self.audit,
-                         self.chats, self.grants, self.digests)
+                         self.chats, self.grants, self.digests, self.edits)
 
 
 _PROVIDED: type[StateStore] = Store

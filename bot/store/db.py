@@ -271,6 +271,26 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
     ("ALTER TABLE cards ADD COLUMN ref TEXT",
      "UPDATE cards SET ref = lower(hex(randomblob(16)))",
      "CREATE UNIQUE INDEX IF NOT EXISTS cards_ref ON cards (ref)"),
+    # Edits before approving: the edit standing on a card, and the prompts asking for one.
+    (
+        """CREATE TABLE edits (
+            card_id INTEGER PRIMARY KEY,
+            revision INTEGER NOT NULL,
+            arguments_json TEXT,
+            user_id INTEGER NOT NULL,
+            user_name TEXT NOT NULL,
+            at INTEGER NOT NULL
+        )""",
+        """CREATE TABLE edit_prompts (
+            chat_id INTEGER NOT NULL,
+            message_id INTEGER NOT NULL,
+            card_id INTEGER NOT NULL,
+            user_id INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            PRIMARY KEY (chat_id, message_id)
+        )""",
+        "CREATE INDEX edit_prompts_card ON edit_prompts (card_id)",
+    ),
 )
 """The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.core.digest import DigestRow
+from bot.core.edits import EditRow
 from bot.core.grants import ActivityRow, GrantedRow, GrantRow, NoteKind, NoteRow
 from bot.core.model import (
     AuditRow,
@@ -132,6 +133,7 @@ class CardsWriter(CardsReader, Protocol):
     def attachment_sent(self, card_id: int) -> None: ...
     def clean(self, card_id: int, generation: int) -> bool: ...
     def clear_topic(self, card_id: int) -> None: ...
+    def mark_dirty(self, card_id: int) -> None: ...
     def posted(self, card_id: int, message_id: int, now_ms: int) -> None: ...
     def remove_vote(self, card_id: int, user_id: int) -> None: ...
     def repost(self, card_id: int) -> None: ...
@@ -275,6 +277,24 @@ class DigestsWriter(DigestsReader, Protocol):
     def clean(self, digest_id: int, generation: int) -> None: ...
 
 
+class EditsReader(Protocol):
+    """What the Telegram side reads of edits."""
+
+    def of(self, card_id: int) -> EditRow | None: ...
+    def prompt(self, chat_id: int, message_id: int) -> tuple[int, int, str] | None: ...
+    def in_progress(self, card_id: int) -> bool: ...
+
+
+class EditsWriter(EditsReader, Protocol):
+    """Edits as the bridge writes them."""
+
+    def put(self, card_id: int, arguments: dict[str, object] | None, *, user_id: int,
+            user_name: str, at: int) -> int: ...
+    def add_prompt(self, chat_id: int, message_id: int, card_id: int, user_id: int,
+                   key: str) -> None: ...
+    def drop_prompt(self, chat_id: int, message_id: int) -> None: ...
+
+
 @dataclass(frozen=True)
 class StoreView:
     """The bot's state, read-only."""
@@ -287,6 +307,7 @@ class StoreView:
     chats: ChatsReader
     grants: GrantsReader
     digests: DigestsReader
+    edits: EditsReader
 
 
 class StateStore(Protocol):
@@ -310,6 +331,8 @@ class StateStore(Protocol):
     def updates(self) -> UpdatesWriter: ...
     @property
     def digests(self) -> DigestsWriter: ...
+    @property
+    def edits(self) -> EditsWriter: ...
 
     def transaction(self, *, durable: bool = True) -> AbstractContextManager[None]:
         """Run the block in one transaction (nested calls join the outer one). A commit that

@@ -69,8 +69,11 @@ def confirm_keyboard(token: str, version: int, step: str, user_id: int, count: i
              Button("Cancel", f"b:{token}:{version}:c:{user_id}")),)
 
 
-def exclusion(item: ItemRow) -> LeftOut | None:
-    """Why the item stays out of batches (a stored item that cannot be read: fail closed)."""
+def exclusion(item: ItemRow, *, editing: bool = False) -> LeftOut | None:
+    """Why the item stays out of batches (a stored item that cannot be read: fail closed;
+    ``editing``: its card has an edit in progress)."""
+    if editing:
+        return "editing"
     try:
         return left_out(parse_approval(json.loads(item.body_json)))
     except (PayloadError, ValueError):
@@ -118,7 +121,8 @@ class Batches(HandlerGroup):
             return
         listed = self._view.digests.items(digest.digest_id, press.version)
         batchable = [i for i in listed if (row := self._view.items.get(digest.agent_id, i))
-                     is not None and row.state == "open" and exclusion(row) is None]
+                     is not None and row.state == "open"
+                     and self._exclusion(digest, row) is None]
         agent = self._view.agents.peer(digest.agent_id)
         await self._ask(query, digest.token, press, len(batchable),
                         agent.name if agent else digest.agent_id[:8], chat_id,
@@ -129,7 +133,7 @@ class Batches(HandlerGroup):
         chat_id = digest.chat_id
         listed = self._view.digests.items(digest.digest_id, press.version)
         left = {i for i in listed if (row := self._view.items.get(digest.agent_id, i))
-                is not None and exclusion(row) is not None}
+                is not None and self._exclusion(digest, row) is not None}
         # As for one tap: a stale list is checked for the tapper and whoever voted already.
         voters = {v.user_id for _item, card in self._view.items.open_in_chat(chat_id)
                   if card.item_id in listed and card.agent_id == digest.agent_id
@@ -154,6 +158,13 @@ class Batches(HandlerGroup):
         await self._finish(query, "batch_done", cancelled=False,
                            decision=action.name.lower(), decided=decided, voted=voted,
                            skipped=len(report.skipped) + len(report.taps) - decided - voted)
+
+    def _exclusion(self, digest: DigestRow, item: ItemRow) -> LeftOut | None:
+        card = next((card for open_item, card in self._view.items.open_in_chat(digest.chat_id)
+                     if card.agent_id == digest.agent_id and open_item.item_id == item.item_id),
+                    None)
+        return exclusion(item, editing=card is not None
+                         and self._view.edits.in_progress(card.card_id))
 
     async def _ask(self, query: CallbackQuery, token: str, press: BatchPress, count: int,
                    agent: str, chat_id: int, topic_id: int | None) -> None:

@@ -114,6 +114,7 @@ class Commands(HandlerGroup):
                 "decision": row.detail.get("decision", "answer"),
                 "reason": row.detail.get("reason"),
                 "approvers": [a.get("name") for a in row.detail.get("approvers", [])],
+                "edited_by": row.detail.get("edited_by"),
                 "summary": self._item_summary(row.agent_id, row.item_id),
             }
             for row in rows

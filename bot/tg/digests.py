@@ -140,9 +140,10 @@ class DigestWorker:
             row = self._view.items.get(digest.agent_id, item_id)
             if row is None:
                 continue
-            reason = exclusion(row)
-            batched += reason is None and row.state == "open"
             card = cards.get(item_id)
+            reason = exclusion(row, editing=card is not None
+                               and self._view.edits.in_progress(card.card_id))
+            batched += reason is None and row.state == "open"
             lines.append({
                 "number": number,
                 "line": _line(row.body_json, item_id),

@@ -16,6 +16,7 @@ from typing import TypeVar, cast
 
 from telegram import (
     Bot,
+    CopyTextButton,
     ForceReply,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
@@ -42,6 +43,8 @@ def markup(keyboard: Keyboard) -> InlineKeyboardMarkup:
 
 
 def _button(button: Button) -> InlineKeyboardButton:
+    if button.copy is not None:
+        return InlineKeyboardButton(button.label, copy_text=CopyTextButton(button.copy))
     if button.link is not None and button.web_app:
         return InlineKeyboardButton(button.label, web_app=WebAppInfo(button.link))
     if button.link is not None:

@@ -5,6 +5,7 @@ writer of the bot's state; they read it through its read-only view), hand what c
 ``act_on`` after the commit, and answer with texts rendered from ``templates/messages/``;
 they hold no policy of their own. Each group lives in its own module: :mod:`bot.tg.taps`,
 :mod:`bot.tg.answers`, :mod:`bot.tg.prompts` (deny reasons and typed replies),
+:mod:`bot.tg.editing` (edits before approving),
 :mod:`bot.tg.commands`, :mod:`bot.tg.pairing` and :mod:`bot.tg.lifecycle`; this one
 registers them and guards each.
 """
@@ -37,6 +38,7 @@ from bot.tg.answers import TapAnswers
 from bot.tg.approvers import ApproverLookup
 from bot.tg.batches import BATCH_PATTERN, Batches
 from bot.tg.commands import Commands
+from bot.tg.editing import EditPrompts
 from bot.tg.gateway import Gateway
 from bot.tg.lifecycle import Lifecycle
 from bot.tg.pairing import Pairing
@@ -72,8 +74,9 @@ class Handlers(HandlerGroup):
                         relay_views, on_start)
         super().__init__(wiring)
         answers = TapAnswers(wiring)
-        self.prompts = Prompts(wiring, answers)
-        self.taps = Taps(wiring, answers, self.prompts)
+        self.edits = EditPrompts(wiring)
+        self.prompts = Prompts(wiring, answers, self.edits)
+        self.taps = Taps(wiring, answers, self.prompts, self.edits)
         self.batches = Batches(wiring)
         self.commands = Commands(wiring)
         self.pairing = Pairing(wiring)

@@ -22,6 +22,9 @@ MAX_OPTION_BUTTONS = 24
 MAX_OPTION_LABEL = 40
 MAX_GRANT_LABEL = 48
 DETAILS_LABEL = "🔍 Details"
+_OPTION_NEEDED = frozenset({Action.ANSWER, Action.APPROVE_EDITED})
+_OPTION_TAKEN = _OPTION_NEEDED | {Action.EDIT}
+"""An edit's option picks the key (absent: ask which one)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Button:
     style: str | None = None
     link: str | None = None
     web_app: bool = False
+    copy: str | None = None
+    """Text the button copies to the clipboard (a ``copy_text`` button)."""
 
 
 Keyboard = tuple[tuple[Button, ...], ...]
@@ -41,7 +46,8 @@ Keyboard = tuple[tuple[Button, ...], ...]
 
 @dataclass(frozen=True)
 class ButtonPress:
-    """Decoded callback data: which card, which action, which option."""
+    """Decoded callback data: which card, which action, which option (an answer's option,
+    an edit's key, or the revision an "Approve edited" approves)."""
 
     token: str
     action: Action
@@ -67,7 +73,8 @@ def parse_callback_data(data: object) -> ButtonPress | None:
         option = int(parts[3]) if len(parts) == 4 else None
     except ValueError:
         return None
-    if (option is None) != (action is not Action.ANSWER) or not parts[1]:
+    if not parts[1] or (option is None and action in _OPTION_NEEDED) or (
+            option is not None and action not in _OPTION_TAKEN):
         return None
     return ButtonPress(parts[1], action, option)
 
@@ -81,13 +88,22 @@ def keyboard(
     bound: bool = True,
     grant: tuple[str, int] | None = None,
     details: Button | None = None,
+    editable: bool = False,
+    edit_revision: int = 0,
 ) -> Keyboard:
     """The buttons a card carries now; none once the item is closed or unbound here.
-    ``grant`` (label, minutes) adds "Approve + {label} for {minutes} min"; ``details``
-    (:func:`details_button`) comes last."""
+    ``grant`` (label, minutes) adds "Approve + {label} for {minutes} min"; ``editable``
+    adds "✏️ Edit"; a card showing revision ``edit_revision`` of an edit carries "Approve
+    edited", "Deny" and "Edit again" instead; ``details`` (:func:`details_button`) comes
+    last."""
     if item.state != "open" or not bound:
         return ()
+    if edit_revision:
+        rows = _edited_rows(card, edit_revision, withdraw=required > 1 and bool(votes))
+        return (*rows, (details,)) if details is not None else rows
     rows = _decision_rows(item, card, votes=votes, required=required, grant=grant)
+    if editable and item.kind == "approval":
+        rows = (*rows, (Button("✏️ Edit", callback_data(card.token, Action.EDIT)),))
     return (*rows, (details,)) if details is not None else rows
 
 
@@ -135,6 +151,33 @@ def _decision_rows(
     if required > 1 and votes:
         rows.append((Button("↩️ Withdraw my approval", callback_data(card.token,
                                                                     Action.WITHDRAW)),))
+    return tuple(rows)
+
+
+def _edited_rows(card: CardRow, revision: int, *, withdraw: bool) -> Keyboard:
+    rows: list[tuple[Button, ...]] = [
+        (
+            Button("✅ Approve edited",
+                   callback_data(card.token, Action.APPROVE_EDITED, revision), "success"),
+            Button("❌ Deny", callback_data(card.token, Action.DENY), "danger"),
+        ),
+        (Button("✏️ Edit again", callback_data(card.token, Action.EDIT)),),
+    ]
+    if withdraw:
+        rows.append((Button("↩️ Withdraw my approval", callback_data(card.token,
+                                                                    Action.WITHDRAW)),))
+    return tuple(rows)
+
+
+def edit_key_keyboard(token: str, keys: tuple[tuple[str, str | None], ...]) -> Keyboard:
+    """The choice of key to edit, from (key, text to copy or None): "✏️ key", with a
+    button copying its current value beside it where Telegram can copy it."""
+    rows = []
+    for index, (key, copy) in enumerate(keys):
+        row = [Button(f"✏️ {_label(key)}", callback_data(token, Action.EDIT, index))]
+        if copy is not None:
+            row.append(Button("📋 Copy value", "", copy=copy))
+        rows.append(tuple(row))
     return tuple(rows)
 
 

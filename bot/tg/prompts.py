@@ -1,5 +1,6 @@
 """Deny-reason prompts and typed replies: the bot asks for a reason (a ForceReply), and
-a reply to it, or to a question card, is applied like a tap."""
+a reply to it, or to a question card, is applied like a tap; a reply to an edit prompt
+goes to :mod:`bot.tg.editing`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from bot.core.model import CardRow
 from bot.core.policy import Action, Refused
 from bot.errors import BotApiError
 from bot.tg.answers import TapAnswers
+from bot.tg.editing import EditPrompts
 from bot.tg.shared import HandlerGroup, Wiring
 
 log = logging.getLogger(__name__)
@@ -20,9 +22,10 @@ log = logging.getLogger(__name__)
 class Prompts(HandlerGroup):
     """Asks for deny reasons; applies a reply to such a prompt or to a question card."""
 
-    def __init__(self, wiring: Wiring, answers: TapAnswers) -> None:
+    def __init__(self, wiring: Wiring, answers: TapAnswers, edits: EditPrompts) -> None:
         super().__init__(wiring)
         self._answers = answers
+        self._edits = edits
 
     async def ask_reason(self, chat: Chat, card: CardRow, user: User) -> None:
         html = self._renderer.message("deny_reason_prompt", person=user.full_name,
@@ -40,6 +43,8 @@ class Prompts(HandlerGroup):
     async def reply(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.message
         if message is None or message.reply_to_message is None or message.from_user is None:
+            return
+        if await self._edits.reply(message):
             return
         text = (message.text or "").strip()
         target = message.reply_to_message.message_id

@@ -1,4 +1,5 @@
-"""Button taps: a decision, vote, answer or grant on a card, and a Revoke on a grant."""
+"""Button taps: a decision, vote, answer, grant or edit on a card, and a Revoke on a
+grant."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from telegram import CallbackQuery, Update
 from telegram.ext import ContextTypes
 
 from bot.bridge import TapReport, wait_until_revoked
-from bot.core.policy import Action, AskReason, Refusal, Refused
+from bot.core.policy import Action, AskEdit, AskReason, Refusal, Refused
 from bot.protocol.payloads import Person
 from bot.tg.answers import TapAnswers
+from bot.tg.editing import EditPrompts
 from bot.tg.keyboards import parse_callback_data
 from bot.tg.prompts import Prompts
 from bot.tg.shared import HandlerGroup, Wiring
@@ -22,10 +24,12 @@ log = logging.getLogger(__name__)
 class Taps(HandlerGroup):
     """The callback-query handler: taps on cards and on Revoke."""
 
-    def __init__(self, wiring: Wiring, answers: TapAnswers, prompts: Prompts) -> None:
+    def __init__(self, wiring: Wiring, answers: TapAnswers, prompts: Prompts,
+                 edits: EditPrompts) -> None:
         super().__init__(wiring)
         self._answers = answers
         self._prompts = prompts
+        self._edits = edits
 
     async def tap(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         query = update.callback_query
@@ -56,6 +60,7 @@ class Taps(HandlerGroup):
             tapper=tapper,
             approvers=await self._approvers.for_decision(chat.id, {query.from_user.id, *voters}),
             option=parsed.option,
+            editable=bool(self._edits.offered(card)) if card else False,
         )
         self._act_on(report.changes)
         await asyncio.sleep(0)  # the decision leaves for the relay before the tap's answer
@@ -66,6 +71,8 @@ class Taps(HandlerGroup):
                  _result_name(report))
         if isinstance(report.result, AskReason) and report.card is not None:
             await self._prompts.ask_reason(chat, report.card, query.from_user)
+        if isinstance(report.result, AskEdit) and report.card is not None:
+            await self._edits.ask(chat, report.card, query.from_user, parsed.option)
 
     async def _revoke(self, query: CallbackQuery, token: str, chat_id: int, tapper: Person,
                       update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

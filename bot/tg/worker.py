@@ -25,7 +25,7 @@ from bot.backoff import Backoff
 from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
 from bot.config import Config
-from bot.core.model import CardRow, parse_item
+from bot.core.model import CardRow, ItemRow, parse_item
 from bot.core.status import card_status
 from bot.errors import (
     ChatMoved,
@@ -38,9 +38,10 @@ from bot.errors import (
 )
 from bot.protocol.payloads import Approval
 from bot.render import Attachment, RenderedCard, Renderer, render_card
+from bot.render.edits import EditShown, offered_keys
 from bot.render.values import card_secrets
 from bot.tg.gateway import Gateway
-from bot.tg.keyboards import details_button, keyboard
+from bot.tg.keyboards import Keyboard, details_button, keyboard
 from bot.tg.ratelimit import CARD, OUTCOME, ChatTurns
 
 log = logging.getLogger(__name__)
@@ -241,57 +242,7 @@ class CardWorker:
         if view.chats.kind(card.chat_id) is None:
             # A chat bound from the command line: ask Telegram what kind of chat it is.
             self._bridge.chat_seen(card.chat_id, *await self._gateway.chat(card.chat_id))
-        policy = self._bridge.policy(card.chat_id)
-        votes = view.cards.votes(card.card_id)
-        bound = view.agents.is_bound(card.agent_id, card.chat_id)
-        outcome_chat = item.outcome_chat_id or card.chat_id
-        status = card_status(
-            item,
-            card,
-            votes=votes,
-            required=policy.required_approvals,
-            chat_title=view.chats.title(outcome_chat),
-            outcome_private=view.chats.kind(outcome_chat) == "private",
-            bound=bound,
-            granted=view.grants.granted(card.agent_id, card.item_id),
-            sending=item.state != "open" and view.items.sending(card.agent_id, card.item_id),
-            reported=None if item.state == "open" else view.items.reported(card.agent_id,
-                                                                          card.item_id),
-        )
-        peer = view.agents.peer(card.agent_id)
-        details = details_button(card, self._config.webapp, self._bot_username)
-        render = functools.partial(
-            render_card,
-            self._renderer,
-            item,
-            status,
-            agent_name=peer.name if peer else card.agent_id[:8],
-            secrets=card_secrets(policy.secrets, app=self._config.webapp is not None,
-                                 details=details is not None),
-            now=from_ms(self._clock.now_ms()),
-            zone=policy.timezone,
-        )
-
-        def draw() -> tuple[RenderedCard, Attachment | None]:
-            rendered = render()
-            return rendered, None if card.attachment_sent else rendered.attachment
-
-        # A large item takes longer to draw than the loop may stall: draw it (and its
-        # file) in a thread; this chat's cards still go out one after another, other
-        # chats go on meanwhile.
-        if len(item.body_json) >= OFF_LOOP_CHARS:
-            rendered, attachment = await asyncio.to_thread(draw)
-        else:
-            rendered, attachment = draw()
-
-        parsed = parse_item(item)
-        minutes = self._bridge.grant_minutes(parsed, card.chat_id, card.agent_id)
-        offer = parsed.grant_offer if isinstance(parsed, Approval) and not rendered.hidden \
-            else None
-        buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
-                           bound=bound,
-                           grant=(offer.label, minutes) if offer and minutes else None,
-                           details=details)
+        rendered, attachment, buttons = await self._draw(card, item)
         message_id = card.message_id
         if message_id is None:
             self._reserve(card)
@@ -327,6 +278,69 @@ class CardWorker:
             )
         self._record(card, functools.partial(
             self._bridge.card_attachment_sent, card.card_id, generation))
+
+    async def _draw(self, card: CardRow, item: ItemRow) -> tuple[
+            RenderedCard, Attachment | None, Keyboard]:
+        """What ``card`` shows now: its text, the file still to send with it, its buttons."""
+        view = self._view
+        policy = self._bridge.policy(card.chat_id)
+        votes = view.cards.votes(card.card_id)
+        bound = view.agents.is_bound(card.agent_id, card.chat_id)
+        outcome_chat = item.outcome_chat_id or card.chat_id
+        status = card_status(
+            item,
+            card,
+            votes=votes,
+            required=policy.required_approvals,
+            chat_title=view.chats.title(outcome_chat),
+            outcome_private=view.chats.kind(outcome_chat) == "private",
+            bound=bound,
+            granted=view.grants.granted(card.agent_id, card.item_id),
+            sending=item.state != "open" and view.items.sending(card.agent_id, card.item_id),
+            reported=None if item.state == "open" else view.items.reported(card.agent_id,
+                                                                          card.item_id),
+        )
+        peer = view.agents.peer(card.agent_id)
+        details = details_button(card, self._config.webapp, self._bot_username)
+        edit = view.edits.of(card.card_id)
+        edited = EditShown(edit.arguments, edit.user_name) \
+            if edit is not None and edit.arguments and item.kind == "approval" else None
+        render = functools.partial(
+            render_card,
+            self._renderer,
+            item,
+            status,
+            agent_name=peer.name if peer else card.agent_id[:8],
+            secrets=card_secrets(policy.secrets, app=self._config.webapp is not None,
+                                 details=details is not None),
+            now=from_ms(self._clock.now_ms()),
+            zone=policy.timezone,
+            edited=edited,
+        )
+
+        def draw() -> tuple[RenderedCard, Attachment | None]:
+            rendered = render()
+            return rendered, None if card.attachment_sent else rendered.attachment
+
+        # A large item takes longer to draw than the loop may stall: draw it (and its
+        # file) in a thread; this chat's cards still go out one after another, other
+        # chats go on meanwhile.
+        if len(item.body_json) >= OFF_LOOP_CHARS:
+            rendered, attachment = await asyncio.to_thread(draw)
+        else:
+            rendered, attachment = draw()
+
+        parsed = parse_item(item)
+        minutes = self._bridge.grant_minutes(parsed, card.chat_id, card.agent_id)
+        offer = parsed.grant_offer if isinstance(parsed, Approval) and not rendered.hidden \
+            else None
+        buttons = keyboard(item, card, votes=votes, required=policy.required_approvals,
+                           bound=bound,
+                           grant=(offer.label, minutes) if offer and minutes else None,
+                           details=details,
+                           editable=isinstance(parsed, Approval) and bool(offered_keys(parsed)),
+                           edit_revision=edit.revision if edit and edited else 0)
+        return rendered, attachment, buttons
 
     def _reserve(self, card: CardRow) -> None:
         """Before a message of ``card`` goes out: the store must be able to record it (it
