@@ -5,12 +5,17 @@ that no event announces."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pgcluster import URL_VARIABLE, ClusterError
+from pgcluster import start as start_cluster
+from pgcluster import stop as stop_cluster
 
 from bot.bridge import Bridge
 from bot.clock import SYSTEM_CLOCK
@@ -24,6 +29,7 @@ from bot.store import Store
 os.environ.setdefault("PTB_TIMEDELTA", "1")
 
 EVENTUALLY_TIMEOUT_S = 10.0
+_databases = itertools.count(1)
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = EVENTUALLY_TIMEOUT_S) -> None:
@@ -31,6 +37,38 @@ async def eventually(condition: Callable[[], bool], timeout: float = EVENTUALLY_
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.005)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server's URL: ``$SKALD_TEST_POSTGRES_URL`` (``.ci/run`` starts one), or
+    a throwaway cluster started for this run."""
+    given = os.environ.get(URL_VARIABLE)
+    if given:
+        yield given
+        return
+    # Not below pytest's own folders: as root, the cluster's owner must reach its folder.
+    folder = Path(tempfile.mkdtemp(prefix="skald-pg-"))
+    try:
+        url = start_cluster(folder)
+    except ClusterError as exc:
+        stop_cluster(folder)
+        pytest.fail(f"no PostgreSQL for the tests: {exc}", pytrace=False)
+    try:
+        yield url
+    finally:
+        stop_cluster(folder)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """The URL of a new, empty database on :func:`postgres_server`, for one test."""
+    import psycopg
+
+    name = f"test_{os.getpid()}_{next(_databases)}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    return postgres_server.rsplit("/", 1)[0] + "/" + name
 
 
 @pytest.fixture
