@@ -134,6 +134,9 @@ def test_a_new_user_tries_the_playground(browser: Browser, terminal: Terminal) -
         expect(email).to_contain_text("✅ Approved by Ada Lovelace")
         expect(email.locator(".inline-button")).to_have_count(0)
         terminal.wait_for(r"✅ approved send_email by Ada Lovelace \(@ada\)")
+        # The digest of waiting requests lets the decided one go.
+        expect(page.locator(".message", has_text="3 requests from Skald demo agent are "
+                                                  "waiting")).to_be_visible()
 
         # With the Mini App on, the secret stays out of the chat: the card names it.
         deploy = cards.filter(has_text="Deploy billing-api 2.14.0").first
@@ -267,6 +270,9 @@ def test_details_open_the_mini_app_beside_the_chat(browser: Browser, terminal: T
         expect(email).to_contain_text("✅ Approved by Ada Lovelace")
         expect(page.locator("#miniapp")).to_be_hidden()
         terminal.wait_for(r"✅ approved send_email by Ada Lovelace \(@ada\)")
+        # The digest of waiting requests lets the decided one go.
+        expect(page.locator(".message", has_text="3 requests from Skald demo agent are "
+                                                  "waiting")).to_be_visible()
 
         # The secret the card leaves out is revealed there, to an approver.
         deploy = page.locator(".message", has_text="Deploy billing-api 2.14.0").first
