@@ -244,3 +244,47 @@ def test_batch_takes_on_or_off(tmp_path: Path) -> None:
     data["chats"] = [{"id": ADA, "batch": True}]
     with pytest.raises(ConfigError, match=r'^chats\[0\]\.batch: must be "on" or "off", got True$'):
         parse_config(data, base=tmp_path)
+
+
+async def test_a_digest_never_takes_a_decided_card_s_turn(tmp_path: Path) -> None:
+    """Decisions one a pace while the digest changes with each: every decided card still
+    loses its buttons within about a pace of its tap (a digest that took the turns as they
+    came would put each decision a pace further behind)."""
+    async with make_world(tmp_path, stub_on_bot_clock=True, chat_pace_seconds=1.0) as world, \
+            running_bot(world):
+        await world.pair(ADA)
+        names = [f"w{index}" for index in range(5)]
+        for name in names:
+            world.agent.submit_approval(sent(name))
+        cards = []
+        for name in names:
+            for _ in range(400):
+                if any(f"({name})" in m.text for m in world.cards(ADA)):
+                    break
+                world.clock.advance(0.1)
+                await asyncio.sleep(0.002)
+            cards.append(await world.wait_card(ADA, f"({name})"))
+        await digest_showing(world, ADA, "5 requests")
+
+        def edited(card: StoredMessage) -> float | None:
+            for request in world.tg.requests:
+                if request.method == "editMessageText" and \
+                        request.params.get("message_id") == card.message_id:
+                    return request.at
+            return None
+
+        tapped = []
+        for card in cards:
+            tapped.append(world.clock.time())
+            await world.answer_of(world.tap(ADA, card, ADA, "Approve"))
+            for _ in range(10):  # a pace until the next tap
+                world.clock.advance(0.1)
+                await asyncio.sleep(0.002)
+        for _ in range(400):
+            if all(edited(card) is not None for card in cards):
+                break
+            world.clock.advance(0.1)
+            await asyncio.sleep(0.002)
+        waits = [(edited(card) or float("inf")) - tap for card, tap in zip(cards, tapped,
+                                                                              strict=True)]
+        assert max(waits) <= 2.05, waits

@@ -4,14 +4,17 @@ A digest lists the approvals whose cards are posted, so it stands below them and
 them. On every change (and every second, for cards posted meanwhile) the bridge gives each
 digest whose list changed a new version; the worker then posts, edits or removes the
 digest messages in the chat's turns (:class:`bot.tg.ratelimit.ChatTurns`, shared with the
-card worker, behind the cards). A digest whose list is empty is removed.
+card worker), behind the cards, and never before a card that shows how its item ended. A
+digest whose list is empty is removed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
 
 from bot.bridge import Bridge
 from bot.clock import Clock
@@ -32,13 +35,15 @@ from bot.tg.batches import digest_keyboard, exclusion
 from bot.tg.gateway import Gateway
 from bot.tg.keyboards import Keyboard
 from bot.tg.notes import shown
-from bot.tg.ratelimit import CARD, ChatTurns
+from bot.tg.ratelimit import DIGEST, ChatTurns
 
 log = logging.getLogger(__name__)
 
 LOOK_AGAIN_S = 1.0
 """How often digests are looked at without a change (cards posted meanwhile get links)."""
 RETRY_DELAY_S = 5.0
+OUTCOME_FIRST_S = 1.0
+"""The longest a digest waits for the card worker to take a turn for a decided card."""
 
 
 class DigestWorker:
@@ -75,6 +80,27 @@ class DigestWorker:
                 failed |= not await self._attempt(digest)
             await self._clock.wait(self._wake, RETRY_DELAY_S if failed else LOOK_AGAIN_S)
 
+    @contextlib.asynccontextmanager
+    async def _turn(self, chat_id: int) -> AsyncIterator[None]:
+        """The chat's turn for a digest. A digest waits behind the chat's cards; and when
+        its turn comes as a card's item is decided, the card worker (which chooses its card
+        only once the turn has come) takes the turn to show the outcome first."""
+        while True:
+            await self._turns.ready(chat_id, DIGEST)
+            if not self._outcome_waiting(chat_id):
+                break
+            await self._turns.next_change(chat_id, OUTCOME_FIRST_S)
+        async with self._turns.turn(chat_id, DIGEST):
+            yield
+
+    def _outcome_waiting(self, chat_id: int) -> bool:
+        """Whether a posted card of the chat has yet to show how its item ended."""
+        for card in self._view.cards.dirty(chat_id):
+            item = self._view.items.get(card.agent_id, card.item_id)
+            if card.message_id is not None and item is not None and item.state != "open":
+                return True
+        return False
+
     async def _attempt(self, digest: DigestRow) -> bool:
         return await shown(self._show(digest), f"digest {digest.digest_id}", digest.chat_id,
                            self._bridge, self._clock)
@@ -83,7 +109,7 @@ class DigestWorker:
         items = self._view.digests.items(digest.digest_id, digest.version)
         if not items:
             if digest.message_id is not None:
-                async with self._turns.turn(digest.chat_id, CARD):
+                async with self._turn(digest.chat_id):
                     await self._remove(digest)
             self._bridge.digest_shown(digest.digest_id, digest.dirty)
             return
@@ -92,7 +118,7 @@ class DigestWorker:
                 and not digest.dirty:
             return
         if digest.message_id is None:
-            async with self._turns.turn(digest.chat_id, CARD):
+            async with self._turn(digest.chat_id):
                 message_id = await self._gateway.send(digest.chat_id, html, keyboard=buttons,
                                                       topic_id=digest.topic_id, quiet=True)
             self._bridge.digest_posted(digest.digest_id, message_id)
@@ -100,7 +126,7 @@ class DigestWorker:
                      digest.version, digest.chat_id)
         else:
             try:
-                async with self._turns.turn(digest.chat_id, CARD):
+                async with self._turn(digest.chat_id):
                     await self._gateway.edit(digest.chat_id, digest.message_id, html,
                                              keyboard=buttons)
             except MessageGone:

@@ -45,9 +45,9 @@ RECENT = 100
 """Answers whose quickest is taken as the time an answer takes when nothing holds it up."""
 MAX_RETRIES = 3
 
-OUTCOME, REMINDER, CARD = 0, 1, 2
+OUTCOME, REMINDER, CARD, DIGEST = 0, 1, 2, 3
 """How urgent a chat's request is, most urgent first: an edit that shows how an item
-ended (its buttons go), a reminder, then new cards and other edits."""
+ended (its buttons go), a reminder, new cards and other edits, then digests."""
 MAX_TURN_WAIT_S = 60.0
 """The longest a waiting request sleeps before it looks again (a clock may jump)."""
 
@@ -203,6 +203,11 @@ class ChatTurns:
         turn: the caller then chooses what to send, seeing what came in meanwhile."""
         chat = self._chats.setdefault(chat_id, _Chat())
         await self._wait(chat, lambda: not chat.waiting or chat.waiting[0][0] >= urgency)
+
+    async def next_change(self, chat_id: int, timeout: float) -> None:
+        """Until a request of the chat waits, starts or ends, or ``timeout`` passes."""
+        chat = self._chats.setdefault(chat_id, _Chat())
+        await self._clock.wait(chat.event, timeout)
 
     @contextlib.asynccontextmanager
     async def turn(self, chat_id: int, urgency: int) -> AsyncIterator[None]:
