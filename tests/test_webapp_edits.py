@@ -15,6 +15,8 @@ from test_edits_bot import bash, edit
 from test_webapp import OPS_GROUP, SECRET, decide, get, ref_of, webapp_bot
 from world import ADA, BOB, CAROL, DAVE, TOKEN, World, approval, make_world
 
+from bot.app import Running
+from bot.playground.stub import StoredMessage
 from bot.protocol.encoding import args_sha256
 from bot.tg.initdata import sign_init_data
 
@@ -34,6 +36,15 @@ async def app_edit(client: httpx.AsyncClient, url: str, data: str,
     return await client.post(url + "/edit", json=body, headers={"Authorization": f"tma {data}"})
 
 
+async def posted(world: World, running: Running, app: str, chat_id: int,
+                 item: dict[str, Any]) -> tuple[StoredMessage, str]:
+    """Pair with the chat, have the agent ask ``item``, and its card and API address."""
+    await world.pair(chat_id)
+    world.agent.submit_approval(item)
+    card = await world.wait_card(chat_id, item["id"])
+    return card, f"{app}/api/card/{await ref_of(running, chat_id, card)}"
+
+
 def group(world: World, **chat: Any) -> list[dict[str, Any]]:
     """The Ops group: Ada and Bob approve, Carol watches, Dave is not in it."""
     world.tg.add_group(OPS_GROUP, "Ops", admins=[ADA], members=[BOB, CAROL])
@@ -44,11 +55,8 @@ async def test_a_card_edited_in_the_chat_shows_and_is_approved_edited_in_the_app
         tmp_path: Path) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
             httpx.AsyncClient() as client:
-        await world.pair(ADA)
         item = bash("apr_ce")
-        world.agent.submit_approval(item)
-        card = await world.wait_card(ADA, "apr_ce")
-        url = f"{app}/api/card/{await ref_of(running, ADA, card)}"
+        card, url = await posted(world, running, app, ADA, item)
         before = (await get(client, url, signed(world, ADA))).json()
         assert (before["revision"], before["edit"], before["editable"]) == (0, None, ["command"])
         assert before["edit_values"] == {"command": "rm -rf build"}
@@ -91,13 +99,10 @@ async def test_an_approver_edits_in_the_app_as_by_a_reply_in_the_chat(tmp_path: 
     async with make_world(tmp_path) as world:
         chats = group(world, required_approvals=2)
         async with webapp_bot(world, chats) as (running, app), httpx.AsyncClient() as client:
-            await world.pair(OPS_GROUP)
-            item = bash("apr_ae", editable=["command", "timeout"])
-            world.agent.submit_approval(item)
+            _, url = await posted(world, running, app, OPS_GROUP,
+                                  bash("apr_ae", editable=["command", "timeout"]))
             world.agent.submit_approval(bash("apr_other"))
-            card = await world.wait_card(OPS_GROUP, "apr_ae")
             await digest_showing(world, OPS_GROUP, "2 requests")
-            url = f"{app}/api/card/{await ref_of(running, OPS_GROUP, card)}"
             assert (await decide(client, url, signed(world, BOB), action="approve")).json() \
                 == {"outcome": "tallied", "state": "open"}
 
@@ -163,10 +168,7 @@ async def test_an_approver_edits_in_the_app_as_by_a_reply_in_the_chat(tmp_path: 
 async def test_a_stale_revision_is_refused(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world, group(world)) as (running, app), \
             httpx.AsyncClient() as client:
-        await world.pair(OPS_GROUP)
-        world.agent.submit_approval(bash("apr_st"))
-        card = await world.wait_card(OPS_GROUP, "apr_st")
-        url = f"{app}/api/card/{await ref_of(running, OPS_GROUP, card)}"
+        _, url = await posted(world, running, app, OPS_GROUP, bash("apr_st"))
         first = await app_edit(client, url, signed(world, ADA), key="command",
                                text="rm -rf build/a", revision=0)
         assert first.json()["revision"] == 1
@@ -198,12 +200,9 @@ async def test_a_stale_revision_is_refused(tmp_path: Path) -> None:
 async def test_a_secret_is_never_offered_for_editing_in_the_app(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world, webapp_bot(world) as (running, app), \
             httpx.AsyncClient() as client:
-        await world.pair(ADA)
-        world.agent.submit_approval(approval(
+        _, url = await posted(world, running, app, ADA, approval(
             "apr_sk", tool="Bash", arguments={"command": "deploy web", "api_key": SECRET},
             editable=["command", "api_key"]))
-        card = await world.wait_card(ADA, "apr_sk")
-        url = f"{app}/api/card/{await ref_of(running, ADA, card)}"
         shown = await get(client, url, signed(world, ADA))
         assert shown.json()["editable"] == ["command"]
         assert shown.json()["edit_values"] == {"command": "deploy web"}

@@ -61,8 +61,9 @@ class Editing(Decisions):
         if prompt is None or prompt[1] != tapper.telegram_user_id:
             return None
         card_id, _, key = prompt
-        return self._edit(card_id, key, chat_id=chat_id, tapper=tapper, approvers=approvers,
-                          offered=offered, text=text, prompt_id=prompt_id)
+        return self.edit_value(card_id, key, chat_id=chat_id, tapper=tapper,
+                               approvers=approvers, offered=offered, text=text,
+                               prompt_id=prompt_id)
 
     def edit_value(
         self,
@@ -74,28 +75,14 @@ class Editing(Decisions):
         approvers: frozenset[int],
         offered: tuple[str, ...],
         text: str,
-        revision: int,
-    ) -> EditReport:
-        """Apply an edit asked for without a prompt (in the Mini App): ``text`` the new
-        value of ``key``, ``revision`` the card's revision the person edited (0: the
-        agent's call). A card edited since is refused as outdated: the edit would stand
-        on a version the person has not seen."""
-        return self._edit(card_id, key, chat_id=chat_id, tapper=tapper, approvers=approvers,
-                          offered=offered, text=text, revision=revision)
-
-    def _edit(
-        self,
-        card_id: int,
-        key: str,
-        *,
-        chat_id: int,
-        tapper: Person,
-        approvers: frozenset[int],
-        offered: tuple[str, ...],
-        text: str,
-        prompt_id: int | None = None,
         revision: int | None = None,
+        prompt_id: int | None = None,
     ) -> EditReport:
+        """Make ``text`` the new value of ``key`` on a card: from a reply to the edit
+        prompt ``prompt_id`` (which it closes), or in the Mini App, where ``revision`` is
+        the card's revision the person edited (0: the agent's call). A card edited since
+        is refused as outdated: the edit would stand on a version the person has not
+        seen."""
         user_id = tapper.telegram_user_id or 0
         card = self._store.cards.get(card_id)
         item = self._store.items.get(card.agent_id, card.item_id) if card else None
