@@ -79,6 +79,7 @@ async def test_a_card_edited_in_the_chat_shows_and_is_approved_edited_in_the_app
         original = await decide(client, url, signed(world, ADA), action="approve")
         assert (original.status_code, original.json()["outcome"]) == (409, "refused:outdated")
         for bad in ({"action": "approve_edited"}, {"action": "approve_edited", "revision": "1"},
+                    {"action": "approve_edited", "revision": 0},
                     {"action": "approve", "revision": 1},
                     {"action": "approve_edited", "revision": 1, "text": "x"}):
             assert (await decide(client, url, signed(world, ADA), **bad)).status_code == 400
@@ -128,10 +129,11 @@ async def test_an_approver_edits_in_the_app_as_by_a_reply_in_the_chat(tmp_path: 
                                          revision=0)
                 assert refused.status_code == 422 and problem in refused.json()["error"], \
                     refused.text
-            observer = await app_edit(client, url, signed(world, CAROL), key="command",
-                                      text="ls", revision=0)
-            assert (observer.status_code, observer.json()) == \
-                (409, {"outcome": "refused:not_approver"})
+            for text in ("ls", problems[2][1]):
+                observer = await app_edit(client, url, signed(world, CAROL), key="command",
+                                          text=text, revision=0)
+                assert (observer.status_code, observer.json()) == \
+                    (409, {"outcome": "refused:not_approver"})
             assert running.store.audit.rows(events=("edit",)) == []
 
             saved = await app_edit(client, url, signed(world, ADA), key="command",

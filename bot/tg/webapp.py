@@ -34,6 +34,7 @@ from bot.config import WebAppConfig
 from bot.core.model import CardRow, ItemRow, parse_item
 from bot.core.policy import Action, Refused, may_decide
 from bot.errors import InitDataError
+from bot.protocol.encoding import is_int
 from bot.protocol.payloads import Approval, Person
 from bot.render.credentials import holds_credential
 from bot.render.details import card_details
@@ -149,8 +150,9 @@ class _Api:
         if asked is None:
             return _error(400, 'expected {"key": "…", "text": "…", "revision": n}')
         key, text, revision = asked
-        if holds_credential(text):
+        if access.approver and holds_credential(text):
             # A card never shows a credential: it could not show this edit as it runs.
+            # (Anyone else is refused by the bridge, audited, whatever the value.)
             return _error(422, "the new value holds a password, token or key")
         context, card = self._context, access.card
         parsed = parse_item(access.item)
@@ -244,10 +246,6 @@ def _body(body: bytes, limit: int) -> dict[str, object] | None:
     return asked if isinstance(asked, dict) else None
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
     """The action, option and text a ``…/decide`` body asks for; None when it is not one.
     A deny with reason needs its reason, an answer its option or text, an approval of an
@@ -258,12 +256,14 @@ def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
     action = ACTIONS[str(asked["action"])]
     option, text = asked.get("option"), asked.get("text")
     if action is Action.APPROVE_EDITED:
-        if option is not None or not _number(asked.get("revision")):
+        revision = asked.get("revision")
+        if option is not None or not is_int(revision) or revision < 1:
             return None
-        option = asked["revision"]
+        option = revision
     elif "revision" in asked:
         return None
-    if option is not None and not _number(option):
+    number = option if is_int(option) else None
+    if option is not None and number is None:
         return None
     if text is not None and (not isinstance(text, str) or not text.strip()
                              or len(text) > MAX_TEXT_CHARS):
@@ -276,8 +276,7 @@ def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
         return None
     if action is Action.APPROVE_EDITED and text is not None:
         return None
-    assert option is None or isinstance(option, int)
-    return action, option, text.strip() if text else None
+    return action, number, text.strip() if text else None
 
 
 def _edit(body: bytes) -> tuple[str, str, int] | None:
@@ -287,10 +286,9 @@ def _edit(body: bytes) -> tuple[str, str, int] | None:
     if asked is None:
         return None
     key, text, revision = asked.get("key"), asked.get("text"), asked.get("revision")
-    if not isinstance(key, str) or not isinstance(text, str) or not _number(revision):
-        return None
-    assert isinstance(revision, int)
-    return key, text, revision
+    if isinstance(key, str) and isinstance(text, str) and is_int(revision):
+        return key, text, revision
+    return None
 
 
 def _person(user: InitData) -> Person:
