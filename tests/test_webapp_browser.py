@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
+from test_edits_bot import bash, edit
 from test_playground_browser import CHROMIUM, CHROMIUM_ARGS
 from test_webapp import SECRET, init_data, ref_of, secret_approval, webapp_bot
 from world import ADA, World, approval, make_world
@@ -87,6 +88,45 @@ async def test_a_page_opened_with_forged_init_data_shows_nothing(tmp_path: Path,
         await expect(page.locator("#message")).to_contain_text("Cannot show this card",
                                                                timeout=TIMEOUT_MS)
         assert "Deploy web" not in await page.content()
+
+
+async def test_an_edit_in_the_app_turns_the_chat_card_and_is_approved_from_the_app(
+        tmp_path: Path, browser: Browser) -> None:
+    async with make_world(tmp_path) as world, webapp_bot(world) as (running, app):
+        ref = await posted(world, running, bash("apr_edit"), "apr_edit")
+        page = await open_app(browser, world, app, ref, ADA)
+        area = page.locator('.edit-value[data-key="command"]')
+        await expect(area).to_have_value("rm -rf build", timeout=TIMEOUT_MS)
+        await area.fill("rm -rf build/cache")
+        await page.click('.save-edit[data-key="command"]')
+        await expect(page.locator("#notice")).to_contain_text("Edit saved")
+        await expect(page.locator("#title")).to_have_text(f"Edited by user{ADA}")
+        await expect(page.locator(".edited .diff-del")).to_have_text(["- rm -rf build"])
+        await expect(page.locator(".edited .diff-add")).to_have_text(["+ rm -rf build/cache"])
+        await expect(page.locator("#arguments")).to_contain_text("rm -rf build/cache")
+        await expect(page.locator("#approve")).to_have_text("✅ Approve edited")
+        card = await world.wait_card(ADA, f"Edited by user{ADA}",
+                                     lambda m: "Approve edited" in str(m.buttons()))
+        assert "- rm -rf build\n+ rm -rf build/cache" in card.text
+        assert world.agent.decisions == []
+
+        # Edited again in the chat: the app's approval of the version it shows is refused.
+        await edit(world, ADA, card, ADA, "rm -rf build/tmp", label="Edit again")
+        await world.wait_card(ADA, "+ rm -rf build/tmp", lambda m: bool(m.buttons()))
+        await page.click("#approve")
+        await expect(page.locator("#notice")).to_have_text(
+            "This card was edited since you saw it: look at it again; nothing was sent.",
+            timeout=TIMEOUT_MS)
+        await expect(page.locator("#arguments")).to_contain_text("rm -rf build/tmp")
+        assert world.agent.decisions == []
+        await page.click("#approve")
+        await expect(page.locator("#message")).to_contain_text("Sent: decided",
+                                                               timeout=TIMEOUT_MS)
+        await world.agent.wait_for(lambda a: len(a.decisions) == 1)
+        assert world.agent.decisions[0].arguments == {"command": "rm -rf build/tmp",
+                                                      "timeout": 30}
+        await world.wait_card(ADA, "+ rm -rf build/tmp", lambda m: "Approved by" in m.text
+                              and not m.buttons())
 
 
 TWO_FILES = (

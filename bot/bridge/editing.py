@@ -60,10 +60,34 @@ class Editing(Decisions):
         prompt = self._store.edits.prompt(chat_id, prompt_id)
         if prompt is None or prompt[1] != tapper.telegram_user_id:
             return None
-        card_id, user_id, key = prompt
+        card_id, _, key = prompt
+        return self.edit_value(card_id, key, chat_id=chat_id, tapper=tapper,
+                               approvers=approvers, offered=offered, text=text,
+                               prompt_id=prompt_id)
+
+    def edit_value(
+        self,
+        card_id: int,
+        key: str,
+        *,
+        chat_id: int,
+        tapper: Person,
+        approvers: frozenset[int],
+        offered: tuple[str, ...],
+        text: str,
+        revision: int | None = None,
+        prompt_id: int | None = None,
+    ) -> EditReport:
+        """Make ``text`` the new value of ``key`` on a card: from a reply to the edit
+        prompt ``prompt_id`` (which it closes), or in the Mini App, where ``revision`` is
+        the card's revision the person edited (0: the agent's call). A card edited since
+        is refused as outdated: the edit would stand on a version the person has not
+        seen."""
+        user_id = tapper.telegram_user_id or 0
         card = self._store.cards.get(card_id)
         item = self._store.items.get(card.agent_id, card.item_id) if card else None
-        if card is None or item is None:
+        if card is None or item is None or card.chat_id != chat_id:
+            self.record_refused_tap(chat_id, tapper, "edit", Refusal.UNKNOWN_CARD)
             return EditReport(refusal=Refusal.UNKNOWN_CARD)
         approval = parse_item(item)
         now = self.now_ms()
@@ -83,19 +107,22 @@ class Editing(Decisions):
         standing = self._store.edits.of(card_id)
         current = standing.arguments if standing is not None and standing.arguments \
             else original
+        shown = standing.revision if standing is not None and standing.arguments else 0
+        if revision is not None and revision != shown:
+            self.record_refused_tap(chat_id, tapper, "edit", Refusal.OUTDATED)
+            return EditReport(card, refusal=Refusal.OUTDATED, revision=shown)
         try:
             edited = edited_arguments(current, key, new_value(original[key], text))
         except EditRefused as exc:
-            return EditReport(card, problem=str(exc),
-                              revision=standing.revision if standing else 0)
+            return EditReport(card, problem=str(exc), revision=shown)
         with self._store.transaction():
-            self._store.edits.drop_prompt(chat_id, prompt_id)
+            if prompt_id is not None:
+                self._store.edits.drop_prompt(chat_id, prompt_id)
             if same_arguments(edited, current):
-                return EditReport(card, revision=standing.revision if standing else 0,
-                                  changes=NOTHING)
+                return EditReport(card, revision=shown, changes=NOTHING)
             kept = None if same_arguments(edited, original) else edited
-            revision = self._store.edits.put(card_id, kept, user_id=user_id,
-                                             user_name=tapper.name, at=now)
+            made = self._store.edits.put(card_id, kept, user_id=user_id,
+                                         user_name=tapper.name, at=now)
             dropped = self._store.cards.votes(card_id)
             for vote in dropped:
                 self._store.cards.remove_vote(card_id, vote.user_id)
@@ -103,9 +130,9 @@ class Editing(Decisions):
             self._store.audit.append(
                 "edit", at=now, chat_id=chat_id, agent_id=card.agent_id,
                 item_id=card.item_id, user_id=user_id, user_name=tapper.name, key=key,
-                before=current[key], after=edited[key], revision=revision,
+                before=current[key], after=edited[key], revision=made,
                 args_sha256=args_sha256(original),
                 edited_sha256=args_sha256(kept) if kept is not None else None,
                 votes_dropped=[{"user_id": v.user_id, "name": v.name} for v in dropped],
             )
-        return EditReport(card, revision=revision if kept is not None else 0, changes=REDRAW)
+        return EditReport(card, revision=made if kept is not None else 0, changes=REDRAW)

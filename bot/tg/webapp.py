@@ -7,7 +7,11 @@ checked by :mod:`bot.tg.initdata` (401 otherwise). A card is named by its opaque
 otherwise), with secrets masked; ``…/reveal`` shows them to approvers, audited, where the
 chat lets secrets be seen (``secrets = "spoiler"``, the default in private chats only).
 ``…/decide`` applies a decision or answer as a tap on the card's button would: the same
-bridge, rules, quorum and signed decision, and the chat's card is edited after it.
+bridge, rules, quorum and signed decision, and the chat's card is edited after it. An
+edited card is approved with ``approve_edited`` naming the revision shown (as "Approve
+edited" in the chat: a revision the card no longer shows is refused as outdated).
+``…/edit`` is an edit as a reply to the chat's edit prompt makes it, bound to the revision
+the person edited.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ from bot.config import WebAppConfig
 from bot.core.model import CardRow, ItemRow, parse_item
 from bot.core.policy import Action, Refused, may_decide
 from bot.errors import InitDataError
-from bot.protocol.payloads import Person
+from bot.protocol.encoding import is_int
+from bot.protocol.payloads import Approval, Person
+from bot.render.credentials import holds_credential
 from bot.render.details import card_details
+from bot.render.edits import offered_keys
 from bot.tg.approvers import ApproverLookup
 from bot.tg.initdata import InitData, check_init_data
 
@@ -43,11 +50,14 @@ BASE_MARK: Final = "%BASE%"
 """Replaced in ``index.html`` by the path the app is served under."""
 AUTH_SCHEME: Final = "tma "
 MEMBER_STATUSES: Final = frozenset({"creator", "administrator", "member"})
-ACTIONS: Final = {"approve": Action.APPROVE, "deny": Action.DENY,
-                  "deny_with_reason": Action.DENY_WITH_REASON, "answer": Action.ANSWER}
+ACTIONS: Final = {"approve": Action.APPROVE, "approve_edited": Action.APPROVE_EDITED,
+                  "deny": Action.DENY, "deny_with_reason": Action.DENY_WITH_REASON,
+                  "answer": Action.ANSWER}
 """What ``…/decide`` takes: the buttons of a card, by name."""
 MAX_DECIDE_BYTES: Final = 16384
 MAX_TEXT_CHARS: Final = 4096
+MAX_EDIT_BYTES: Final = 262144
+"""The longest ``…/edit`` body: a new value can be a whole file's content."""
 
 
 @dataclass(frozen=True)
@@ -117,18 +127,14 @@ class _Api:
             return access
         asked = _decision(await request.body())
         if asked is None:
-            return _error(400, 'expected {"action": "approve" | "deny" | "deny_with_reason" '
-                               '| "answer", "option": n or "text": "…"}')
+            return _error(400, 'expected {"action": "approve" | "approve_edited" | "deny" | '
+                               '"deny_with_reason" | "answer", "option": n, "revision": n '
+                               'or "text": "…"}')
         action, option, text = asked
         context, card = self._context, access.card
-        voters = {v.user_id for v in context.bridge.view.cards.votes(card.card_id)}
-        approvers = await context.approvers.for_decision(card.chat_id,
-                                                         {access.user.user_id, *voters})
         report = context.bridge.tap(
-            card.token, action, chat_id=card.chat_id, approvers=approvers,
-            tapper=Person(name=access.user.full_name, telegram_user_id=access.user.user_id,
-                          username=access.user.username),
-            option=option, text=text)
+            card.token, action, chat_id=card.chat_id, approvers=await self._approvers(access),
+            tapper=_person(access.user), option=option, text=text)
         context.act_on(report.changes)
         log.info("Mini App %s by user %s in chat %s on %s: %s", action.name.lower(),
                  access.user.user_id, card.chat_id, card.item_id, _outcome(report))
@@ -136,13 +142,54 @@ class _Api:
         return JSONResponse({"outcome": _outcome(report), "state": item.state},
                             status_code=409 if isinstance(report.result, Refused) else 200)
 
+    async def edit(self, request: Request) -> Response:
+        access = await self._access(request)
+        if isinstance(access, Response):
+            return access
+        asked = _edit(await request.body())
+        if asked is None:
+            return _error(400, 'expected {"key": "…", "text": "…", "revision": n}')
+        key, text, revision = asked
+        if access.approver and holds_credential(text):
+            # A card never shows a credential: it could not show this edit as it runs.
+            # (Anyone else is refused by the bridge, audited, whatever the value.)
+            return _error(422, "the new value holds a password, token or key")
+        context, card = self._context, access.card
+        parsed = parse_item(access.item)
+        report = context.bridge.edit_value(
+            card.card_id, key, chat_id=card.chat_id, tapper=_person(access.user),
+            approvers=await self._approvers(access),
+            offered=offered_keys(parsed) if isinstance(parsed, Approval) else (),
+            text=text, revision=revision)
+        context.act_on(report.changes)
+        log.info("Mini App edit by user %s in chat %s on %s: %s", access.user.user_id,
+                 card.chat_id, card.item_id,
+                 report.refusal.value if report.refusal else
+                 "not taken" if report.problem else f"revision {report.revision}")
+        if report.refusal is not None:
+            return JSONResponse({"outcome": f"refused:{report.refusal.value}"},
+                                status_code=409)
+        if report.problem is not None:
+            return _error(422, report.problem)
+        item = context.bridge.view.items.get(card.agent_id, card.item_id) or access.item
+        return self._details(_Access(access.user, card, item, access.approver), reveal=False)
+
+    async def _approvers(self, access: _Access) -> frozenset[int]:
+        """The chat's approvers, checked for the user and whoever voted on the card."""
+        card = access.card
+        voters = {v.user_id for v in self._context.bridge.view.cards.votes(card.card_id)}
+        return await self._context.approvers.for_decision(card.chat_id,
+                                                          {access.user.user_id, *voters})
+
     def _details(self, access: _Access, *, reveal: bool) -> Response:
         bridge = self._context.bridge
         peer = bridge.view.agents.peer(access.card.agent_id)
+        edit = bridge.view.edits.of(access.card.card_id)
         details = card_details(
             parse_item(access.item), agent_name=peer.name if peer else "",
             votes=bridge.view.cards.votes(access.card.card_id),
-            required=bridge.policy(access.card.chat_id).required_approvals, reveal=reveal)
+            required=bridge.policy(access.card.chat_id).required_approvals, reveal=reveal,
+            edit=edit if edit is not None and edit.arguments else None)
         details.update(state=access.item.state, approver=access.approver,
                        revealable=self._revealable(access))
         return JSONResponse(details, headers={"Cache-Control": "no-store"})
@@ -188,20 +235,35 @@ class _Api:
             member.status == "restricted" and bool(getattr(member, "is_member", False)))
 
 
-def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
-    """The action, option and text a ``…/decide`` body asks for; None when it is not one.
-    A deny with reason needs its reason, an answer its option or text."""
-    if len(body) > MAX_DECIDE_BYTES:
+def _body(body: bytes, limit: int) -> dict[str, object] | None:
+    """A request's JSON object; None when it is none or longer than ``limit`` bytes."""
+    if len(body) > limit:
         return None
     try:
         asked = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(asked, dict) or asked.get("action") not in ACTIONS:
+    return asked if isinstance(asked, dict) else None
+
+
+def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
+    """The action, option and text a ``…/decide`` body asks for; None when it is not one.
+    A deny with reason needs its reason, an answer its option or text, an approval of an
+    edited card the revision it approves (as its option)."""
+    asked = _body(body, MAX_DECIDE_BYTES)
+    if asked is None or asked.get("action") not in ACTIONS:
         return None
-    action = ACTIONS[asked["action"]]
+    action = ACTIONS[str(asked["action"])]
     option, text = asked.get("option"), asked.get("text")
-    if option is not None and (isinstance(option, bool) or not isinstance(option, int)):
+    if action is Action.APPROVE_EDITED:
+        revision = asked.get("revision")
+        if option is not None or not is_int(revision) or revision < 1:
+            return None
+        option = revision
+    elif "revision" in asked:
+        return None
+    number = option if is_int(option) else None
+    if option is not None and number is None:
         return None
     if text is not None and (not isinstance(text, str) or not text.strip()
                              or len(text) > MAX_TEXT_CHARS):
@@ -212,7 +274,25 @@ def _decision(body: bytes) -> tuple[Action, int | None, str | None] | None:
         return None
     if action in (Action.APPROVE, Action.DENY) and (option, text) != (None, None):
         return None
-    return action, option, text.strip() if text else None
+    if action is Action.APPROVE_EDITED and text is not None:
+        return None
+    return action, number, text.strip() if text else None
+
+
+def _edit(body: bytes) -> tuple[str, str, int] | None:
+    """The key, new value and revision an ``…/edit`` body asks for; None when it is not
+    one."""
+    asked = _body(body, MAX_EDIT_BYTES)
+    if asked is None:
+        return None
+    key, text, revision = asked.get("key"), asked.get("text"), asked.get("revision")
+    if isinstance(key, str) and isinstance(text, str) and is_int(revision):
+        return key, text, revision
+    return None
+
+
+def _person(user: InitData) -> Person:
+    return Person(name=user.full_name, telegram_user_id=user.user_id, username=user.username)
 
 
 def _outcome(report: TapReport) -> str:
@@ -237,6 +317,7 @@ def webapp_routes(config: WebAppConfig, context: WebAppContext) -> list[BaseRout
         Route(f"{base}/api/card/{{ref}}", api.card, methods=["GET"]),
         Route(f"{base}/api/card/{{ref}}/reveal", api.reveal, methods=["POST"]),
         Route(f"{base}/api/card/{{ref}}/decide", api.decide, methods=["POST"]),
+        Route(f"{base}/api/card/{{ref}}/edit", api.edit, methods=["POST"]),
     ]
     if base:
         routes.append(Route(base, page.index, methods=["GET"]))

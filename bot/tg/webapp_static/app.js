@@ -65,6 +65,15 @@ function message(text) {
   root.replaceChildren(el("p", { class: "muted", id: "message" }, text));
 }
 
+const OUTDATED = "This card was edited since you saw it: look at it again; nothing was sent.";
+
+// The card as it is now, with a notice above it (after a refusal, or an edit saved).
+async function reload(notice) {
+  const { status, data } = await call("", "GET");
+  if (status !== 200) { message(`${notice} ${data.error || status}`); return; }
+  show(data, notice);
+}
+
 // --- values --------------------------------------------------------------------------
 
 function jsonTree(value, key) {
@@ -152,7 +161,8 @@ function countdown(expiresAt) {
 }
 
 function header(card) {
-  const title = card.kind === "clarification" ? card.question : card.summary;
+  const title = card.kind === "clarification" ? card.question
+    : card.edit ? `Edited by ${card.edit.by}` : card.summary;
   const votes = card.votes.map((v) => v.name).join(", ");
   return el("header", {},
     el("div", { class: "muted" }, `${card.agent || "agent"} · ${card.id}`),
@@ -178,6 +188,7 @@ function actions(card) {
       close();
       return;
     }
+    if (data.outcome === "refused:outdated") { await reload(OUTDATED); return; }
     message(`Not sent: ${data.outcome || data.error || status}.`);
   };
   if (card.kind === "clarification") {
@@ -190,9 +201,12 @@ function actions(card) {
     return bar;
   }
   const reason = el("textarea", { id: "reason", placeholder: "Reason for denying" });
+  // An edited card is approved as the revision shown, as "Approve edited" in the chat.
+  const approve = card.revision
+    ? { action: "approve_edited", revision: card.revision } : { action: "approve" };
   bar.append(
-    el("button", { id: "approve", class: "approve", onclick: () => decide({ action: "approve" }) },
-      "✅ Approve"),
+    el("button", { id: "approve", class: "approve", onclick: () => decide(approve) },
+      card.revision ? "✅ Approve edited" : "✅ Approve"),
     el("button", { id: "deny", class: "deny", onclick: () => decide({ action: "deny" }) },
       "❌ Deny"),
     reason,
@@ -203,8 +217,42 @@ function actions(card) {
   return bar;
 }
 
-function show(card) {
+// A text area per value the card offers to edit, each saved on its own as the new value
+// (as a reply to the chat's edit prompt), bound to the revision shown.
+function editor(card) {
+  if (!card.approver || card.state !== "open" || !(card.editable || []).length) return null;
+  const section = el("section", { class: "block", id: "edit" }, el("h2", {}, "✏️ Edit"));
+  for (const key of card.editable) {
+    const area = el("textarea", { class: "edit-value", "data-key": key, spellcheck: "false" });
+    area.value = card.edit_values[key];
+    const problem = el("p", { class: "problem", "data-key": key });
+    const save = el("button", {
+      class: "save-edit", "data-key": key,
+      onclick: async () => {
+        save.disabled = true;
+        const { status, data } = await call("/edit", "POST",
+          { key, text: area.value, revision: card.revision });
+        save.disabled = false;
+        if (status === 200) show(data, `Edit saved: ${key} is changed. Approve the edited version to run it.`);
+        else if (data.outcome === "refused:outdated") await reload(OUTDATED);
+        else problem.textContent = `Not saved: ${data.error || data.outcome || status}.`;
+      },
+    }, "Save edit");
+    section.append(el("label", { class: "key" }, key), area, problem, save);
+  }
+  return section;
+}
+
+function editShown(card) {
+  if (!card.edit) return [];
+  return card.edit.changes.map((change) => el("section", { class: "block edited" },
+    el("h2", {}, `${change.key} (edited by ${card.edit.by})`),
+    valueView({ value_type: "diff", value: change.diff })));
+}
+
+function show(card, notice) {
   const parts = [header(card)];
+  if (notice) parts.push(el("p", { class: "notice", id: "notice" }, notice));
   if (card.masked && card.revealable) {
     parts.push(el("button", {
       id: "reveal",
@@ -218,11 +266,13 @@ function show(card) {
     parts.push(el("section", { class: "block" },
       el("h2", {}, block.label || block.type), valueView(block)));
   }
+  parts.push(...editShown(card));
   if (card.kind === "approval") {
     parts.push(el("section", { class: "block", id: "arguments" },
-      el("h2", {}, "Arguments"), jsonTree(card.arguments)));
+      el("h2", {}, card.edit ? "Arguments as they will run" : "Arguments"),
+      jsonTree(card.arguments)));
   }
-  parts.push(actions(card));
+  parts.push(editor(card), actions(card));
   root.replaceChildren(...parts.filter(Boolean));
 }
 
