@@ -146,6 +146,8 @@ function valueView(block) {
 
 // --- the card --------------------------------------------------------------------------
 
+let countdownTimer = null; // one timer, however often the card is drawn again
+
 function countdown(expiresAt) {
   const node = el("span", { class: "expiry" });
   const end = Date.parse(expiresAt);
@@ -156,7 +158,8 @@ function countdown(expiresAt) {
       : "expired";
   };
   tick();
-  setInterval(tick, 1000);
+  clearInterval(countdownTimer);
+  countdownTimer = setInterval(tick, 1000);
   return node;
 }
 
