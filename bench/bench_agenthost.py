@@ -11,11 +11,11 @@ run here, on a core of their own where the machine has two (see :func:`floors.pi
 2. Tap → long poll answered: the item's outcome asked with a long wait, as ``ask`` does;
    from the injected tap to the answer (bot → relay → host → long poll).
 
-Floor, measured in the same run, at the same percentile: one stand-in ``getUpdates``
-round trip, one bare relay hop (an envelope sealed beforehand, between two bare relay
-clients, through the same relay) and one API round trip on the host's socket. Items are
-spaced :data:`ITEM_SPACING_S` apart so that PTB's rate limiter (30 requests a second
-overall) does not queue them.
+Floor, sampled before every item (:class:`floors.Probe`), at the same percentile: one
+stand-in ``getUpdates`` round trip, one bare relay hop (an envelope sealed beforehand,
+between two bare relay clients, through the same relay) and one API round trip on the
+host's socket. Items are spaced :data:`ITEM_SPACING_S` apart so that PTB's rate
+limiter (30 requests a second overall) does not queue them.
 """
 
 from __future__ import annotations
@@ -64,14 +64,15 @@ async def _card(tg: TelegramStub, needle: str) -> StoredMessage:
 
 
 async def _items(
-    tg: TelegramStub, client: AsyncAgentClient, count: int
-) -> tuple[list[float], list[float], str]:
+    tg: TelegramStub, client: AsyncAgentClient, probe: floors.Probe, count: int
+) -> tuple[list[float], list[float]]:
     """(seconds from each submit to its card's ``sendMessage``, from each tap to the long
-    poll's answer, the last item's id)."""
+    poll's answer), the floor sampled before each item."""
     to_card: list[float] = []
     to_answer: list[float] = []
-    item_id = ""
+    item_id: str | None = None
     for n in range(count):
+        await probe.sample(item_id)
         started = _now()
         since = len(tg.requests)
         needle = f"bench_{n}("
@@ -88,12 +89,11 @@ async def _items(
         to_answer.append(_now() - tapped)
         if outcome.pending:
             raise RuntimeError(f"the long poll on {item_id} ended without a decision")
-    return to_card, to_answer, item_id
+    return to_card, to_answer
 
 
 async def _run(quick: bool) -> None:
     count = 20 if quick else 300
-    floor_rounds = 50 if quick else 300
     with tempfile.TemporaryDirectory() as folder, floors.pinned() as cores:
         tmp = Path(folder)
         relay = await RelayProcess.start(tmp / "relay")
@@ -103,8 +103,6 @@ async def _run(quick: bool) -> None:
             async with TelegramStub(token=TOKEN) as tg:
                 tg.add_user(ADA, "Ada", "Lovelace", username="ada")
                 tg.add_private_chat(ADA)
-                polls = await floors.stand_in_round_trips(tg.api_url, TOKEN, floor_rounds)
-                hops = await floors.relay_hops(relay.url, DECISION_BYTES, floor_rounds)
                 config = tmp / "skald-telegram.toml"
                 config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
                 async with _bot_process(config, tmp / "bot.log", cores):
@@ -112,9 +110,9 @@ async def _run(quick: bool) -> None:
                     assert host.process is not None
                     cores.place(host.process.pid)
                     await _pair(tg, host)
-                    async with host.client() as client:
-                        to_card, to_answer, last = await _items(tg, client, count)
-                        api = await floors.api_round_trips(client, last, floor_rounds)
+                    async with host.client() as client, \
+                            floors.Probe(relay.url, DECISION_BYTES, client) as probe:
+                        to_card, to_answer = await _items(tg, client, probe, count)
         except BaseException:
             for log in (tmp / "host.log", tmp / "bot.log"):
                 if log.exists():
@@ -124,9 +122,7 @@ async def _run(quick: bool) -> None:
             await host.stop()
             await kill_children()
             await relay.kill()
-    _report(cores, count, to_card, to_answer,
-            floors.Floor({"stand-in getUpdates round trip": polls, "bare relay hop": hops,
-                          "API round trip on the socket": api}))
+    _report(cores, count, to_card, to_answer, probe.floor())
 
 
 def _report(cores: floors.Cores, count: int, to_card: list[float], to_answer: list[float],

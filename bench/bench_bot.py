@@ -185,9 +185,9 @@ def _big_approval(item_id: str) -> dict[str, object]:
 
 async def _latency_runs(
     sizes: Sizes, tmp: Path, tg: TelegramStub, agent: Agent, cores: floors.Cores
-) -> tuple[list[float], list[float], list[float], list[float]]:
-    """With the bot started on ``tg``: the relay hop's floor, then approvals one at a time
-    (see :func:`_latency_items`), then taps each just after a large approval."""
+) -> tuple[floors.Floor, list[float], list[float], list[float]]:
+    """With the bot started on ``tg``: approvals one at a time, the floor sampled before
+    each (see :func:`_latency_items`), then taps each just after a large approval."""
     config = tmp / "skald-telegram.toml"
     config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
     database = load_config(str(config), environ=_bot_environment()).database_path
@@ -195,17 +195,17 @@ async def _latency_runs(
     async with _bot_process(config, log, cores):
         try:
             await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
-            hops = await floors.relay_hops(agent.relay_url, DECISION_BYTES,
-                                           sizes.latency_items)
             tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
             await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
-            with _read_only(database) as bot:
-                cards, decisions = await _latency_items(tg, agent, bot, sizes.latency_items)
-                behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
+            async with floors.Probe(agent.relay_url, DECISION_BYTES) as probe:
+                with _read_only(database) as bot:
+                    cards, decisions = await _latency_items(tg, agent, bot, probe,
+                                                            sizes.latency_items)
+                    behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
         except BaseException:
             print(log.read_text()[-3000:], file=sys.stderr)
             raise
-    return hops, cards, decisions, behind_big
+    return probe.floor(), cards, decisions, behind_big
 
 
 async def _card_of(tg: TelegramStub, bot: Store, needle: str) -> StoredMessage:
@@ -243,14 +243,16 @@ async def _settled(agent: Agent, bot: Store) -> None:
 
 
 async def _latency_items(
-    tg: TelegramStub, agent: Agent, bot: Store, count: int
+    tg: TelegramStub, agent: Agent, bot: Store, probe: floors.Probe, count: int
 ) -> tuple[list[float], list[float]]:
-    """Approvals one at a time: (seconds from each submit to its card, from each tap to its
-    decision applied at the agent). ``bot``: the bot's store, read-only."""
+    """Approvals one at a time, the floor sampled before each: (seconds from each submit
+    to its card, from each tap to its decision applied at the agent). ``bot``: the bot's
+    store, read-only."""
     cards: list[float] = []
     decisions: list[float] = []
     for index in range(count):
         item_id = f"lat{index:05d}"
+        await probe.sample()
         started = _now()
         since = len(tg.requests)
         agent.submit_approval(approval(item_id))
@@ -293,14 +295,11 @@ async def _latency(sizes: Sizes, tmp: Path) -> None:
                 tg.add_user(ADA, "Ada", "Lovelace", username="ada")
                 tg.add_private_chat(ADA)
                 await agent.start()
-                polls = await floors.stand_in_round_trips(tg.api_url, TOKEN,
-                                                          sizes.latency_items)
-                hops, cards, decisions, behind_big = await _latency_runs(
+                floor, cards, decisions, behind_big = await _latency_runs(
                     sizes, tmp, tg, agent, cores)
         finally:
             await agent.stop()
             await relay.kill()
-    floor = floors.Floor({"stand-in getUpdates round trip": polls, "bare relay hop": hops})
     _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
            "chat pace 0")
     _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart; taps once the bot recorded "
@@ -317,12 +316,13 @@ async def _latency(sizes: Sizes, tmp: Path) -> None:
              f"{p50 / floor.at(0.5):.1f}x / {p99 / floor.at(0.99):.1f}x "
              f"(goal p99 ≤ {LATENCY_GOAL:.0f}x)")
     floor.rows(_row)
-    stand_in = _percentile(polls, 0.5)
+    stand_in = _percentile(floor.parts[floors.Probe.STAND_IN], 0.5)
     if stand_in > floors.STAND_IN_GOAL_S:
         _title(f"  the stand-in's round trip ({stand_in * 1000:.2f} ms) is over "
                f"{floors.STAND_IN_GOAL_S * 1000:.0f} ms: the floor is too coarse")
     _title("  floor: a stand-in getUpdates round trip plus a bare relay hop (an envelope")
-    _title("  sealed beforehand, between two bare relay clients), each at the same percentile")
+    _title("  sealed beforehand, between two bare relay clients), each at the same percentile,")
+    _title("  one sample of each before every item")
     worst = max(behind_big) - _percentile(decisions, 0.5)
     _row(f"tap just after a 1 MiB approval ({len(behind_big)})",
          f"{_percentile(behind_big, 0.5) * 1000:.2f} / {max(behind_big) * 1000:.2f} ms",
