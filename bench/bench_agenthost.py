@@ -4,7 +4,7 @@ Everything is real and on loopback, each in a process of its own as in use: the 
 host (``skald-telegram agent serve``), the relay (``python -m bot relay``) and the bot
 (``python -m bot run``, PTB long polling, per-chat pacing off), on the cores of the
 processes under test; the Telegram Bot API stand-in of the tests and the local API client
-run here, on a core of their own where the machine has two (see :func:`floors.pinned`).
+run here, on a core of their own where the machine has two (see :func:`floors.load_generator`).
 
 1. Submit → card: from ``AsyncAgentClient.submit_approval`` over the Unix socket to the
    card's ``sendMessage`` reaching the stand-in (host → relay → bot → Telegram).
@@ -94,7 +94,7 @@ async def _items(
 
 async def _run(quick: bool) -> None:
     count = 20 if quick else 300
-    with tempfile.TemporaryDirectory() as folder, floors.pinned() as cores:
+    with tempfile.TemporaryDirectory() as folder, floors.load_generator() as cores:
         tmp = Path(folder)
         relay = await RelayProcess.start(tmp / "relay")
         cores.place(relay.process.pid)

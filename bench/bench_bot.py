@@ -286,7 +286,7 @@ async def _behind_big(tg: TelegramStub, agent: Agent, bot: Store, count: int) ->
 
 
 async def _latency(sizes: Sizes, tmp: Path) -> None:
-    with floors.pinned() as cores:
+    with floors.load_generator() as cores:
         relay = await RelayProcess.start(tmp / "relay")
         cores.place(relay.process.pid)
         agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)

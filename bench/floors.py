@@ -13,7 +13,7 @@ last of a few back to back: the least the part costs, caches and cores awake):
   under test (which stores it and syncs it to disk, as for any envelope);
 - an agent host API round trip on its Unix socket (the long poll's answer at the least).
 
-:func:`pinned` keeps the load generator (this process: the stand-in, the agent, the API
+:func:`load_generator` keeps the load generator (this process: the stand-in, the agent, the API
 client) on a core of its own and the processes under test on the others, where the machine
 has two cores or more.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -67,19 +68,28 @@ class Cores:
 
 
 @contextlib.contextmanager
-def pinned() -> Iterator[Cores]:
-    """This process on the first core it may use, the processes under test (placed with
-    :meth:`Cores.place`) on the rest; as it was afterwards."""
+def load_generator() -> Iterator[Cores]:
+    """This process as a load generator that keeps out of the way: on the first core it
+    may use, the processes under test (placed with :meth:`Cores.place`) on the rest, and
+    no garbage collection (a full one walks the large approvals it holds, tens of
+    milliseconds in which nothing it measures is noticed); as it was afterwards."""
     allowed = frozenset(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        yield Cores(allowed, frozenset())
-        return
-    first = min(allowed)
-    os.sched_setaffinity(0, {first})
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     try:
-        yield Cores(frozenset({first}), allowed - {first})
+        if len(allowed) < 2:
+            yield Cores(allowed, frozenset())
+            return
+        first = min(allowed)
+        os.sched_setaffinity(0, {first})
+        try:
+            yield Cores(frozenset({first}), allowed - {first})
+        finally:
+            os.sched_setaffinity(0, allowed)
     finally:
-        os.sched_setaffinity(0, allowed)
+        gc.enable()
+        gc.unfreeze()
 
 
 def _cpus(cpus: frozenset[int]) -> str:
