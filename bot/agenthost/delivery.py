@@ -213,12 +213,11 @@ class Delivery:
         what it queued (an owed update once those programs have been answered)."""
         for item in ended:
             self.wake(item.item_id)
-        if not self._owed:
-            self._look_again()
-        elif self._paying is None:
+        if self._owed and self._paying is None:
             self._pay_later(0)  # after the woken waiters' turn: they answer first
             if self._paying is None:
                 self.pay_inbox()
+        self._look_again()
 
     def _look_again(self) -> None:
         for look_again in self.on_change:
