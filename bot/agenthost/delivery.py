@@ -151,8 +151,8 @@ class Delivery:
         self._look_again()
 
     def _pay_later(self, delay_s: float) -> None:
-        """Pay the owed update after ``delay_s`` (0: after what the loop has ready), or
-        (no loop running) at the next change."""
+        """Pay the owed update after ``delay_s`` (0: after what the loop has ready); with
+        no loop running, the caller pays it now or the next change does."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
