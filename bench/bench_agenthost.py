@@ -1,131 +1,146 @@
-"""The agent host end to end: submit → card posted, and tap → ``ask`` returns.
+"""The agent host end to end: submit → card posted, and tap → ``ask``'s long poll answered.
 
-Everything is real and on loopback: the agent host (``skald-telegram agent serve``, a
-child process), the built-in relay, the bot (PTB long polling) and the Telegram Bot API
-stand-in of the tests, with per-chat pacing off.
+Everything is real and on loopback, each in a process of its own as in use: the agent
+host (``skald-telegram agent serve``), the relay (``python -m bot relay``) and the bot
+(``python -m bot run``, PTB long polling, per-chat pacing off), on the cores of the
+processes under test; the Telegram Bot API stand-in of the tests and the local API client
+run here, on a core of their own where the machine has two (see :func:`floors.load_generator`).
 
 1. Submit → card: from ``AsyncAgentClient.submit_approval`` over the Unix socket to the
    card's ``sendMessage`` reaching the stand-in (host → relay → bot → Telegram).
-2. Tap → ``ask`` returns: an ``skald-telegram ask`` process waits on a card; from the
-   injected tap to the process's exit (bot → relay → host → long poll → exit).
+2. Tap → long poll answered: the item's outcome asked with a long wait, as ``ask`` does;
+   from the injected tap to the answer (bot → relay → host → long poll).
 
-Floor, measured in the same run: the bare relay round trip, one sealed envelope from one
-relay client to another and a sealed answer back, with handlers that only note arrival.
-Items are spaced :data:`ITEM_SPACING_S` apart so that PTB's rate limiter (30 requests a
-second overall) does not queue them.
+Floor, sampled before every item (:class:`floors.Probe`), at the same percentile: one
+stand-in ``getUpdates`` round trip, one bare relay hop (an envelope sealed beforehand,
+between two bare relay clients, through the same relay) and one API round trip on the
+host's socket. Items are spaced :data:`ITEM_SPACING_S` apart so that PTB's rate
+limiter (30 requests a second overall) does not queue them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from agenthost_world import finished, host_world, start_cli
-from world import ADA
+import floors
+from agenthost_world import Host, finished, kill_children, start_cli
+from bench_bot import _bot_process, _config_toml, _now, _sent
+from test_relay_client import RelayProcess
+from world import ADA, TOKEN, button_data
 
-from bot.protocol.envelope import seal
-from bot.protocol.identity import Identity
-from bot.relay.client import MemoryOutbox, RelayClient, one_at_a_time
-from bot.relay.server import RelayServer
+from bot.playground.stub import StoredMessage, TelegramStub
+from skald_telegram import AsyncAgentClient
 
 ITEM_SPACING_S: Final = 0.1
-FAST: Final = {"backoff_initial": 0.05, "backoff_max": 0.5}
+GOAL: Final = 3.0
+"""Both paths: p50 and p99 at most this many times their floor's."""
+DECISION_BYTES: Final = 700
+TIMEOUT_S: Final = 60.0
 
 
-def _percentiles(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p50 = statistics.median(ordered)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return f"p50 {p50 * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms   (n={len(ordered)})"
+async def _pair(tg: TelegramStub, host: Host) -> None:
+    """``agent pair`` prints a link; ``/pair <link>`` in Ada's chat; the command exits."""
+    pairing = await start_cli("agent", "pair", "--wait", "30", env=host.env)
+    assert pairing.stdout is not None
+    link = (await pairing.stdout.readline()).decode().strip()
+    tg.send_text(ADA, ADA, f"/pair {link}")
+    result = await finished(pairing, 40)
+    if result.code != 0:
+        raise RuntimeError(f"pairing failed: {result.err}")
 
 
-async def _relay_round_trips(tmp: Path, count: int) -> list[float]:
-    async with RelayServer(tmp / "floor-relay") as relay:
-        alice, bob = Identity.generate("alice"), Identity.generate("bob")
-        arrived: asyncio.Queue[float] = asyncio.Queue()
-        outboxes = {alice.id: MemoryOutbox(), bob.id: MemoryOutbox()}
-        clients: dict[str, RelayClient] = {}
+async def _card(tg: TelegramStub, needle: str) -> StoredMessage:
+    def shown(stub: TelegramStub) -> bool:
+        return any(needle in m.text and m.buttons() for m in stub.bot_messages(ADA))
 
-        def send(sender: Identity, recipient: Identity) -> None:
-            envelope = seal(b'{"kind":"ping","v":1,"body":{}}', sender=sender,
-                            recipient=recipient.card, ts_ms=int(time.time() * 1000))
-            outboxes[sender.id].add(relay.url, envelope.to_json())
-            clients[sender.id].wake()
+    await tg.wait_for(shown, TIMEOUT_S)
+    return next(m for m in tg.bot_messages(ADA) if needle in m.text and m.buttons())
 
-        async def at_alice(envelope: dict[str, object]) -> None:
-            arrived.put_nowait(time.perf_counter())
 
-        async def at_bob(envelope: dict[str, object]) -> None:
-            send(bob, alice)
+async def _items(
+    tg: TelegramStub, client: AsyncAgentClient, probe: floors.Probe, count: int
+) -> tuple[list[float], list[float]]:
+    """(seconds from each submit to its card's ``sendMessage``, from each tap to the long
+    poll's answer), the floor sampled before each item."""
+    to_card: list[float] = []
+    to_answer: list[float] = []
+    item_id: str | None = None
+    for n in range(count):
+        await probe.sample(item_id)
+        started = _now()
+        since = len(tg.requests)
+        needle = f"bench_{n}("
+        item_id = await client.submit_approval(f"bench_{n}", arguments={"n": n})
 
-        clients[alice.id] = RelayClient(relay.url, alice, handler=one_at_a_time(at_alice),
-                                        outbox=outboxes[alice.id], **FAST)
-        clients[bob.id] = RelayClient(relay.url, bob, handler=one_at_a_time(at_bob),
-                                      outbox=outboxes[bob.id], **FAST)
-        tasks = [asyncio.create_task(c.run()) for c in clients.values()]
-        while not all(c.connected for c in clients.values()):
-            await asyncio.sleep(0.01)
-        samples = []
-        for _ in range(count):
-            started = time.perf_counter()
-            send(alice, bob)
-            samples.append(await asyncio.wait_for(arrived.get(), 10) - started)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return samples
+        posted = await _sent(tg, needle, since)
+        to_card.append(posted.at - started)
+        card = await _card(tg, needle)
+        poll = asyncio.create_task(client.outcome(item_id, wait=TIMEOUT_S))
+        await asyncio.sleep(ITEM_SPACING_S)  # the card recorded, the long poll in place
+        tapped = _now()
+        tg.tap(ADA, card.message_id, ADA, button_data(card, "Approve"))
+        outcome = await poll
+        to_answer.append(_now() - tapped)
+        if outcome.pending:
+            raise RuntimeError(f"the long poll on {item_id} ended without a decision")
+    return to_card, to_answer
 
 
 async def _run(quick: bool) -> None:
-    cards = 5 if quick else 40
-    asks = 3 if quick else 20
-    with tempfile.TemporaryDirectory() as folder:
+    count = 20 if quick else 300
+    with tempfile.TemporaryDirectory() as folder, floors.load_generator() as cores:
         tmp = Path(folder)
-        floor = await _relay_round_trips(tmp, 10 if quick else 100)
-        log = tmp / "host.log"
+        relay = await RelayProcess.start(tmp / "relay")
+        cores.place(relay.process.pid)
+        host = Host(tmp / "agent", relay.url, log=tmp / "host.log")
         try:
-            results = await _measure(tmp, log, cards, asks)
+            async with TelegramStub(token=TOKEN) as tg:
+                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
+                tg.add_private_chat(ADA)
+                config = tmp / "skald-telegram.toml"
+                config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
+                async with _bot_process(config, tmp / "bot.log", cores):
+                    await host.start()
+                    assert host.process is not None
+                    cores.place(host.process.pid)
+                    await _pair(tg, host)
+                    async with host.client() as client, \
+                            floors.Probe(relay.url, DECISION_BYTES, client) as probe:
+                        to_card, to_answer = await _items(tg, client, probe, count)
         except BaseException:
-            print(log.read_text()[-3000:] if log.exists() else "", file=sys.stderr)
+            for log in (tmp / "host.log", tmp / "bot.log"):
+                if log.exists():
+                    print(log.read_text()[-3000:], file=sys.stderr)
             raise
-    submit_to_card, tap_to_exit = results
-    print(f"   submit → card posted      {_percentiles(submit_to_card)}")
-    print(f"   tap → ask returns         {_percentiles(tap_to_exit)}")
-    print(f"   floor: relay round trip   {_percentiles(floor)}")
+        finally:
+            await host.stop()
+            await kill_children()
+            await relay.kill()
+    _report(cores, count, to_card, to_answer, probe.floor())
 
 
-async def _measure(tmp: Path, log: Path, cards: int, asks: int) -> tuple[list[float], list[float]]:
-    """(submit → card, tap → ask's exit), the host's log in ``log``."""
-    async with host_world(tmp, host_log=log) as hw:
-        await hw.pair()
-        submit_to_card = []
-        async with hw.host.client() as client:
-            for n in range(cards):
-                started = time.perf_counter()
-                await client.submit_approval(f"bench_{n}", arguments={"n": n})
-                await hw.tg.wait_for(lambda tg, n=n: any(
-                    f"bench_{n}(" in m.text for m in hw.world.cards(ADA)))
-                submit_to_card.append(time.perf_counter() - started)
-                await asyncio.sleep(ITEM_SPACING_S)
-        tap_to_exit = []
-        for n in range(asks):
-            process = await start_cli("ask", "--tool", f"tap_{n}", "--arg", f"n={n}",
-                                      env=hw.host.env)
-            card = await hw.world.wait_card(ADA, f"tap_{n}(")
-            await asyncio.sleep(ITEM_SPACING_S)
-            started = time.perf_counter()
-            hw.world.tap(ADA, card, ADA, "Approve")
-            result = await finished(process)
-            tap_to_exit.append(time.perf_counter() - started)
-            assert result.code == 0, result.err
-    return submit_to_card, tap_to_exit
+def _report(cores: floors.Cores, count: int, to_card: list[float], to_answer: list[float],
+            floor: floors.Floor) -> None:
+    print(f"   {count} approvals one at a time, one private chat, chat pace 0; "
+          f"{cores.describe()}")
+    print(f"     {'':<34} {'p50 / p99':>18}   {'floor p50 / p99':>20}")
+    for label, values in (("submit → card sendMessage", to_card),
+                          ("tap → long poll answered", to_answer)):
+        p50, p99 = floors.percentile(values, 0.5), floors.percentile(values, 0.99)
+        ratio50, ratio99 = p50 / floor.at(0.5), p99 / floor.at(0.99)
+        met = "met" if max(ratio50, ratio99) <= GOAL else "NOT met"
+        print(f"     {label:<34} {p50 * 1000:7.2f} / {p99 * 1000:7.2f} ms   "
+              f"{floor.at(0.5) * 1000:7.2f} / {floor.at(0.99) * 1000:7.2f} ms   "
+              f"{ratio50:.1f}x / {ratio99:.1f}x (goal ≤ {GOAL:.0f}x: {met})")
+    for name, samples in floor.parts.items():
+        print(f"       floor: {name:<27} {floors.percentile(samples, 0.5) * 1000:7.2f} / "
+              f"{floors.percentile(samples, 0.99) * 1000:7.2f} ms")
 
 
 def main(quick: bool) -> None:

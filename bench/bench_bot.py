@@ -48,13 +48,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import httpx
+import floors
 from test_relay_client import RelayProcess
 from world import (
     ADA,
@@ -71,7 +71,6 @@ from bot.config import load_config
 from bot.errors import StoreError
 from bot.playground.stub import RecordedRequest, StoredMessage, TelegramStub
 from bot.protocol.identity import Identity
-from bot.relay.client import MemoryOutbox, RelayClient
 from bot.relay.server import RelayServer
 from bot.store import Store
 from bot.store.db import Database
@@ -111,20 +110,19 @@ class Sizes:
     burst_chats: int
     open_items: int
     decided_items: int
+    big_taps: int
 
 
-FULL = Sizes(latency_items=200, burst_items=20, burst_chats=50, open_items=10_000,
-             decided_items=60)
+FULL = Sizes(latency_items=300, burst_items=20, burst_chats=50, open_items=10_000,
+             decided_items=60, big_taps=10)
 QUICK = Sizes(latency_items=30, burst_items=10, burst_chats=10, open_items=1_000,
-              decided_items=10)
+              decided_items=10, big_taps=2)
 
 
 # --- small helpers -----------------------------------------------------------------------
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+_percentile = floors.percentile
 
 
 def _now() -> float:
@@ -169,138 +167,144 @@ def _row(label: str, value: str, floor: str = "", note: str = "") -> None:
 # --- 1. latency --------------------------------------------------------------------------
 
 
-async def _relay_hop_floor(relay_url: str, agent: Agent, rounds: int) -> list[float]:
-    """One relay hop: ``Agent.send_raw`` of a one-item inbox to a client that notes arrival."""
-    loop = asyncio.get_running_loop()
-    arrivals: asyncio.Queue[float] = asyncio.Queue()
-
-    async def note(_envelope: dict[str, object]) -> None:
-        arrivals.put_nowait(loop.time())
-
-    device = Identity.generate("bench device")
-    client = RelayClient(relay_url, device, handler=note, outbox=MemoryOutbox(),
-                         backoff_initial=FAST_RELAY["backoff_initial"])
-    task = asyncio.create_task(client.run())
-    agent.peers[device.id] = device.card  # a listener only: it never pairs
-    body = {**agent.inbox(), "approvals": [approval("floor0000")]}
-    try:
-        await _until(lambda: client.connected, "the floor client to connect", 10)
-        latencies = []
-        for _ in range(rounds):
-            started = loop.time()
-            agent.send_raw(device.id, "inbox_update", body)
-            arrived = await asyncio.wait_for(arrivals.get(), TIMEOUT_S)
-            latencies.append(arrived - started)
-        return latencies
-    finally:
-        del agent.peers[device.id]
-        await client.stop()
-        await task
+DECISION_BYTES = 700
+"""About the size of a decision's payload: the floor's relay hop carries as much."""
+BIG_ROWS = 5000
+"""Rows of the large approval: its ``inbox_update`` seals to just under 1 MiB."""
+BIG_DELAY_GOAL_S = 0.025
+"""A large approval's card arriving just before a tap delays the tap by at most this."""
 
 
-async def _get_updates_floor(tg: TelegramStub, rounds: int) -> list[float]:
-    """One stand-in ``getUpdates`` round trip (nothing pending, no wait), before the bot
-    polls: how a tap reaches the bot at the least."""
-    loop = asyncio.get_running_loop()
-    url = f"{tg.api_url}/bot{TOKEN}/getUpdates"
-    times = []
-    async with httpx.AsyncClient() as client:
-        await client.post(url, json={"timeout": 0})
-        for _ in range(rounds):
-            started = loop.time()
-            response = await client.post(url, json={"timeout": 0})
-            times.append(loop.time() - started)
-            response.raise_for_status()
-    return times
-
-
-async def _decisions(agent: Agent, count: int) -> None:
-    await agent.wait_for(lambda a: len(a.decisions) >= count, TIMEOUT_S)
+def _big_approval(item_id: str) -> dict[str, object]:
+    """An approval whose envelope is close to the protocol's 1 MiB: many rows of text."""
+    rows = [{"type": "field", "label": f"line {n}", "value": f"{n:05d} " + "lorem ipsum " * 8}
+            for n in range(BIG_ROWS)]
+    return approval(item_id, tool="write_file", summary=f"Write the report ({item_id})",
+                    blocks={"v": 1, "blocks": rows})
 
 
 async def _latency_runs(
-    sizes: Sizes, tmp: Path, tg: TelegramStub, agent: Agent
-) -> tuple[list[float], list[float], list[float]]:
-    """With the bot started on ``tg``: the relay hop's floor, then approvals one at a time
-    (see :func:`_latency_items`)."""
+    sizes: Sizes, tmp: Path, tg: TelegramStub, agent: Agent, cores: floors.Cores
+) -> tuple[floors.Floor, list[float], list[float], list[float]]:
+    """With the bot started on ``tg``: approvals one at a time, the floor sampled before
+    each (see :func:`_latency_items`), then taps each just after a large approval."""
     config = tmp / "skald-telegram.toml"
     config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
     database = load_config(str(config), environ=_bot_environment()).database_path
     log = tmp / "bot.log"
-    async with _bot_process(config, log):
+    async with _bot_process(config, log, cores):
         try:
             await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")), TIMEOUT_S)
-            hops = await _relay_hop_floor(agent.relay_url, agent, sizes.latency_items)
             tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
             await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
-            with _read_only(database) as bot:
-                cards, decisions = await _latency_items(tg, agent, bot, sizes.latency_items)
+            async with floors.Probe(agent.relay_url, DECISION_BYTES) as probe:
+                with _read_only(database) as bot:
+                    cards, decisions = await _latency_items(tg, agent, bot, probe,
+                                                            sizes.latency_items)
+                    behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
         except BaseException:
             print(log.read_text()[-3000:], file=sys.stderr)
             raise
-    return hops, cards, decisions
+    return probe.floor(), cards, decisions, behind_big
+
+
+async def _card_of(tg: TelegramStub, bot: Store, needle: str) -> StoredMessage:
+    """The card holding ``needle`` once the stand-in shows it with buttons and the bot has
+    recorded it (a person taps once the card is there; the bench, once it is recorded)."""
+    def shown(stub: TelegramStub) -> bool:
+        return any(needle in m.text and m.buttons() for m in stub.bot_messages(ADA))
+
+    await tg.wait_for(shown, TIMEOUT_S)
+    card = next(m for m in tg.bot_messages(ADA) if needle in m.text and m.buttons())
+    await _until(lambda: bot.cards.by_message(ADA, card.message_id) is not None,
+                 "the bot to record the card")
+    return card
+
+
+async def _tap_to_decision(tg: TelegramStub, agent: Agent, card: StoredMessage,
+                           label: str = "Approve") -> float:
+    """Tap ``label`` on ``card``: seconds until the agent applied the decision."""
+    count = len(agent.decided_at)
+    tapped = _now()
+    tg.tap(ADA, card.message_id, ADA, button_data(card, label))
+    await agent.wait_for(lambda a: len(a.decided_at) > count, TIMEOUT_S)
+    return agent.decided_at[count] - tapped
+
+
+async def _settled(agent: Agent, bot: Store) -> None:
+    """Until the card edits and the agent's resolved update are done."""
+    await _until(
+        lambda: agent.unsent == 0
+        and bot.agents.last_rev(agent.identity.id) == agent.rev
+        and bot.outbox.depth() == 0
+        and not bot.cards.chats_with_dirty(),
+        "the bot to settle",
+    )
 
 
 async def _latency_items(
-    tg: TelegramStub, agent: Agent, bot: Store, count: int
+    tg: TelegramStub, agent: Agent, bot: Store, probe: floors.Probe, count: int
 ) -> tuple[list[float], list[float]]:
-    """Approvals one at a time: (seconds from each submit to its card, from each tap to its
-    decision at the agent). ``bot``: the bot's store, read-only."""
+    """Approvals one at a time, the floor sampled before each: (seconds from each submit
+    to its card, from each tap to its decision applied at the agent). ``bot``: the bot's
+    store, read-only."""
     cards: list[float] = []
     decisions: list[float] = []
     for index in range(count):
         item_id = f"lat{index:05d}"
+        await probe.sample()
         started = _now()
         since = len(tg.requests)
         agent.submit_approval(approval(item_id))
         needle = f"({item_id})"  # the approval's summary ends with it
         posted = await _sent(tg, needle, since)
         cards.append(posted.at - started)
-        def shown(stub: TelegramStub, needle: str = needle) -> bool:
-            return any(needle in m.text and m.buttons() for m in stub.bot_messages(ADA))
-
-        await tg.wait_for(shown, TIMEOUT_S)
-        card = next(m for m in tg.bot_messages(ADA) if needle in m.text and m.buttons())
-        # A person taps once the card is there; the bench, once the bot recorded it too.
-        def recorded(message_id: int = card.message_id) -> bool:
-            return bot.cards.by_message(ADA, message_id) is not None
-
-        await _until(recorded, "the bot to record the card")
-        tapped = _now()
-        tg.tap(ADA, card.message_id, ADA, button_data(card, "Approve"))
-        await _decisions(agent, index + 1)
-        decisions.append(_now() - tapped)
-        # Let the card edits and the agent's resolved update finish before the next item.
-        await _until(
-            lambda: agent.unsent == 0
-            and bot.agents.last_rev(agent.identity.id) == agent.rev
-            and bot.outbox.depth() == 0
-            and not bot.cards.chats_with_dirty(),
-            "the bot to settle",
-        )
+        card = await _card_of(tg, bot, needle)
+        decisions.append(await _tap_to_decision(tg, agent, card))
+        await _settled(agent, bot)
         await asyncio.sleep(max(0.0, started + ITEM_SPACING_S - _now()))
     return cards, decisions
 
 
+async def _behind_big(tg: TelegramStub, agent: Agent, bot: Store, count: int) -> list[float]:
+    """Taps each just after a large approval reached the relay (its card is being made
+    when the tap comes): seconds from each tap to its decision at the agent. Each large
+    card is denied afterwards, so that the next update is small again."""
+    latencies = []
+    for index in range(count):
+        needle = f"(small{index:03d})"
+        agent.submit_approval(approval(needle[1:-1]))
+        card = await _card_of(tg, bot, needle)
+        await _settled(agent, bot)
+        agent.submit_approval(_big_approval(f"big{index:03d}"))
+        await _until(lambda: agent.unsent == 0, "the relay to take the large update")
+        latencies.append(await _tap_to_decision(tg, agent, card))
+        big = await _card_of(tg, bot, f"(big{index:03d})")
+        await _tap_to_decision(tg, agent, big, "Deny")
+        await _settled(agent, bot)
+    return latencies
+
+
 async def _latency(sizes: Sizes, tmp: Path) -> None:
-    relay = await RelayProcess.start(tmp / "relay")
-    agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
-    try:
-        async with TelegramStub(token=TOKEN) as tg:
-            tg.add_user(ADA, "Ada", "Lovelace", username="ada")
-            tg.add_private_chat(ADA)
-            await agent.start()
-            polls = await _get_updates_floor(tg, sizes.latency_items)
-            hops, cards, decisions = await _latency_runs(sizes, tmp, tg, agent)
-    finally:
-        await agent.stop()
-        await relay.kill()
+    with floors.load_generator() as cores:
+        relay = await RelayProcess.start(tmp / "relay")
+        cores.place(relay.process.pid)
+        agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
+        try:
+            async with TelegramStub(token=TOKEN) as tg:
+                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
+                tg.add_private_chat(ADA)
+                await agent.start()
+                floor, cards, decisions, behind_big = await _latency_runs(
+                    sizes, tmp, tg, agent, cores)
+        finally:
+            await agent.stop()
+            await relay.kill()
     _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
            "chat pace 0")
     _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart; taps once the bot recorded "
-           "the card)")
-    floor50 = _percentile(polls, 0.5) + _percentile(hops, 0.5)
-    floor99 = _percentile(polls, 0.99) + _percentile(hops, 0.99)
+           "the card;")
+    _title(f"  {cores.describe()})")
     _row("", "p50 / p99", "floor p50 / p99")
     for label, values in (
         ("submit → card sendMessage", cards),
@@ -308,14 +312,23 @@ async def _latency(sizes: Sizes, tmp: Path) -> None:
     ):
         p50, p99 = _percentile(values, 0.5), _percentile(values, 0.99)
         _row(label, f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms",
-             f"{floor50 * 1000:.2f} / {floor99 * 1000:.2f} ms",
-             f"p99 {p99 / floor99:.1f}x the floor (goal ≤ {LATENCY_GOAL:.0f}x)")
-    _row("  floor: getUpdates round trip", f"{_percentile(polls, 0.5) * 1000:.2f} / "
-         f"{_percentile(polls, 0.99) * 1000:.2f} ms")
-    _row("  floor: relay hop", f"{_percentile(hops, 0.5) * 1000:.2f} / "
-         f"{_percentile(hops, 0.99) * 1000:.2f} ms")
-    _title("  floor: one stand-in getUpdates round trip plus one relay hop (Agent.send_raw "
-           "of a one-item inbox to a bare relay client), each at the same percentile")
+             f"{floor.at(0.5) * 1000:.2f} / {floor.at(0.99) * 1000:.2f} ms",
+             f"{p50 / floor.at(0.5):.1f}x / {p99 / floor.at(0.99):.1f}x "
+             f"(goal p99 ≤ {LATENCY_GOAL:.0f}x)")
+    floor.rows(_row)
+    stand_in = _percentile(floor.parts[floors.Probe.STAND_IN], 0.5)
+    if stand_in > floors.STAND_IN_GOAL_S:
+        _title(f"  the stand-in's round trip ({stand_in * 1000:.2f} ms) is over "
+               f"{floors.STAND_IN_GOAL_S * 1000:.0f} ms: the floor is too coarse")
+    _title("  floor: a stand-in getUpdates round trip plus a bare relay hop (an envelope")
+    _title("  sealed beforehand, between two bare relay clients), each at the same percentile,")
+    _title("  one sample of each before every item")
+    worst = max(behind_big) - _percentile(decisions, 0.5)
+    _row(f"tap just after a 1 MiB approval ({len(behind_big)})",
+         f"{_percentile(behind_big, 0.5) * 1000:.2f} / {max(behind_big) * 1000:.2f} ms",
+         "p50 / slowest",
+         f"slowest {worst * 1000:+.1f} ms over the p50 tap (goal ≤ "
+         f"{BIG_DELAY_GOAL_S * 1000:.0f} ms)")
 
 
 def _over(seen: int, limit: int) -> str:
@@ -548,12 +561,18 @@ def _open_items(database: Path, agent_id: str | None = None) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _bot_process(config: Path, log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+async def _bot_process(
+    config: Path, log: Path, cores: floors.Cores | None = None
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """``python -m bot run`` on ``config``, its output in ``log``; on the cores of the
+    processes under test, given ``cores``."""
     with log.open("wb") as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "bot", "run", "--config", str(config)],
             stdout=output, stderr=subprocess.STDOUT, env=_bot_environment(),
         )
+    if cores is not None:
+        cores.place(process.pid)
     try:
         yield process
     finally:

@@ -79,6 +79,7 @@ async def send_edit(phone: Phone, item: Item, arguments: Any, *, digest: str | N
     envelope = seal(raw_payload("approval_decision", body), sender=phone.identity,
                     recipient=phone.host.identity.card, ts_ms=phone.clock())
     await phone.host.inbound.on_envelope(envelope.to_json())
+    await asyncio.sleep(0)  # the host queues the devices' update on its next turn
 
 
 async def run(*args: str, stdin: str = "") -> tuple[int, str, str]:

@@ -5,6 +5,7 @@ what the host sends them is read back from its outbox and opened as a device wou
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,6 +74,7 @@ class Phone:
         envelope = seal(encode_payload(payload), sender=self.identity,
                         recipient=self.host.identity.card, ts_ms=self.clock())
         await self.host.inbound.on_envelope(envelope.to_json())
+        await asyncio.sleep(0)  # the host queues the devices' update on its next turn
 
     def received(self) -> list[Payload]:
         """Payloads the host queued for this device since the last call."""

@@ -4,12 +4,18 @@ envelopes it queues in the durable outbox for the paired devices (an ``inbox_upd
 what the host remembers, programs waiting on an item woken).
 
 A change that fails leaves the host as it was: nothing of it is logged, remembered or woken.
+
+A decision or an answer only notes, in its own commit, that the devices are owed a fresh
+``inbox_update`` (:meth:`Delivery.owe_inbox`): the programs waiting on the item are
+answered first, and the update is built, sealed and queued right after, in a commit that
+also clears the note. A note left by a killed process is paid when the host starts again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
@@ -34,6 +40,10 @@ the time in memory is exact."""
 SENT_REMEMBERED: Final = 4096
 """Envelopes sent whose recipient and time are kept for the relay's ``delivered`` receipt
 (the oldest are forgotten first: the receipt is a courtesy)."""
+INBOX_OWED_META: Final = "inbox_owed"
+"""Set while the paired devices are owed an ``inbox_update`` for a committed change."""
+PAY_RETRY_S: Final = 1.0
+"""How soon an owed update whose commit failed is tried again."""
 
 
 class Delivery:
@@ -52,7 +62,9 @@ class Delivery:
         """The grants in force the devices were last told of."""
         self.on_change: list[Callable[[], None]] = []
         """Run after every change (the relay client and the expiry loop look again)."""
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._owed = store.get_meta(INBOX_OWED_META) is not None
+        self._paying: asyncio.Handle | None = None
         self._closing = False
         self._sent: dict[str, tuple[str, int]] = {}
         """Recipient and ``ts`` of envelopes sent, by id, oldest first."""
@@ -68,14 +80,14 @@ class Delivery:
         return self.identity.name
 
     @contextlib.contextmanager
-    def change(self) -> Iterator[Committed]:
+    def change(self, *, durable: bool = True) -> Iterator[Committed]:
         """One store transaction; what the block adds to the list it gets (logs, what the
         host remembers, waiters to wake) runs once it has committed. A change that fails
         leaves the host as it was."""
         committed: Committed = []
         shown = self.grants_shown
         try:
-            with self.store.transaction():
+            with self.store.transaction(durable=durable):
                 yield committed
         except BaseException:
             self.grants_shown = shown
@@ -110,6 +122,43 @@ class Delivery:
         payload = raw_payload("inbox_update", body)
         for device in devices:
             self.send(device, payload, now)
+
+    def owe_inbox(self, committed: Committed) -> None:
+        """Note (inside a transaction) that every paired device is owed a complete
+        ``inbox_update``; it is sent once the programs waiting on the change's items have
+        been answered (:meth:`after_change`)."""
+        if self.peers:
+            self.store.set_meta(INBOX_OWED_META, "1")
+            committed.append(functools.partial(setattr, self, "_owed", True))
+
+    def pay_inbox(self) -> None:
+        """Queue the ``inbox_update`` the devices are owed, if they are, and clear the
+        note in the same commit. That commit need not wait for the disk: lost with the
+        power, the note is still there, and the update is sent again."""
+        self._paying = None
+        if not self._owed:
+            return
+        try:
+            with self.change(durable=False):
+                self.broadcast(self.peers.values())
+                self.store.forget_meta(INBOX_OWED_META)
+        except StoreError as exc:
+            log.warning("could not queue the devices' inbox update (%s); trying again in "
+                        "%.0f s", exc, PAY_RETRY_S)
+            self._pay_later(PAY_RETRY_S)
+            return
+        self._owed = False
+        self._look_again()
+
+    def _pay_later(self, delay_s: float) -> None:
+        """Pay the owed update after ``delay_s`` (0: after what the loop has ready); with
+        no loop running, the caller pays it now or the next change does."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._paying = loop.call_later(delay_s, self.pay_inbox) if delay_s \
+            else loop.call_soon(self.pay_inbox)
 
     def notify(self, item: Item) -> None:
         """Queue the ``notification`` twin of a new item for every device."""
@@ -160,29 +209,50 @@ class Delivery:
         )
 
     def after_change(self, ended: Iterable[Item] = ()) -> None:
-        for look_again in self.on_change:
-            look_again()
+        """A change committed: wake the programs waiting on the items it ended, then send
+        what it queued (an owed update once those programs have been answered)."""
         for item in ended:
             self.wake(item.item_id)
+        if self._owed and self._paying is None:
+            self._pay_later(0)  # after the woken waiters' turn: they answer first
+            if self._paying is None:
+                self.pay_inbox()
+        self._look_again()
+
+    def _look_again(self) -> None:
+        for look_again in self.on_change:
+            look_again()
 
     # -- programs waiting ---------------------------------------------------------------
 
     async def wait(self, key: str, wait_s: float) -> None:
-        """Until ``key`` (an item id, ``pairing:<id>``) is woken, or ``wait_s`` passed."""
+        """Until ``key`` (an item id, ``pairing:<id>``) is woken, or ``wait_s`` passed.
+
+        Each waiter awaits a future of its own, so that waking it resumes it at the
+        loop's next turn."""
         if wait_s <= 0 or self._closing:
             return
-        event = self._waiters.setdefault(key, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), wait_s)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._waiters.setdefault(key, [])
+        waiting.append(waiter)
+        try:
+            async with asyncio.timeout(wait_s):
+                await waiter
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in waiting:
+                waiting.remove(waiter)
+            if not waiting and self._waiters.get(key) is waiting:
+                del self._waiters[key]
 
     def wake(self, key: str) -> None:
-        event = self._waiters.pop(key, None)
-        if event is not None:
-            event.set()
+        for waiter in self._waiters.pop(key, []):
+            if not waiter.done():
+                waiter.set_result(None)
 
     def release_waiters(self) -> None:
         """Answer every long poll now (the host is stopping) and every later one at once."""
         self._closing = True
-        for event in self._waiters.values():
-            event.set()
-        self._waiters.clear()
+        for key in list(self._waiters):
+            self.wake(key)

@@ -169,7 +169,7 @@ class Inbound:
                                         listing=item)
             return expired
         self.store.save_outcome(result)
-        self.delivery.broadcast(peers.values())
+        self.delivery.owe_inbox(committed)
         committed.append(functools.partial(
             log.info, "%s %s%s by device %s", item_id, result.state.value,
             "" if result.edited is None else " with an edit", opened.sender.id))

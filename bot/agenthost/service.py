@@ -32,6 +32,7 @@ from bot.agenthost.edits import editable_keys
 from bot.agenthost.expiry import Expiry
 from bot.agenthost.inbound import Inbound
 from bot.agenthost.items import Item, Kind, State
+from bot.agenthost.outbox import HostOutbox
 from bot.agenthost.pairing import USED_SECRET_KEPT_MS, PairingSecret
 from bot.agenthost.store import AgentStore
 from bot.clock import SYSTEM_CLOCK, Clock
@@ -84,8 +85,10 @@ class AgentHost:
         store.health.clock = clock
         self.delivery = Delivery(store, identity, relay_url, clock, notifications=notifications)
         self.inbound = Inbound(self.delivery)
+        self.outbox = HostOutbox(store)
         self.relay = RelayClient(
-            relay_url, identity, handler=one_at_a_time(self.inbound.on_envelope), outbox=store,
+            relay_url, identity, handler=one_at_a_time(self.inbound.on_envelope),
+            outbox=self.outbox,
             on_delivered=self.delivery.delivered, **dict(relay_options or {}),
         )
         self.expiry = Expiry(self.delivery, on_relay or (lambda: self.relay.connected))
@@ -97,9 +100,13 @@ class AgentHost:
 
     async def run(self) -> None:
         """Talk to the relay and expire items on time, until cancelled."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.relay.run())
-            group.create_task(self.expiry.run())
+        self.delivery.pay_inbox()  # an update a killed process owed the devices
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.relay.run())
+                group.create_task(self.expiry.run())
+        finally:
+            self.outbox.forget()
 
     def expire_due(self) -> list[Item]:
         """End every pending item whose time has run out (see :class:`Expiry`)."""
@@ -265,7 +272,7 @@ class AgentHost:
             },
             "devices": self.devices_json(),
             "open_items": [item.listing_json() for item in self.store.open_items()],
-            "outbox": self.store.outbox_size(),
+            "outbox": self.outbox.size(),
             "store": self._store_status(),
         }
 

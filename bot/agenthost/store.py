@@ -14,7 +14,7 @@ import json
 import logging
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
@@ -142,25 +142,37 @@ class AgentStore:
         self._db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, durable: bool = True) -> Iterator[None]:
         """One atomic change: committed when the block ends, rolled back if it raises (or
-        if the commit fails: nothing of it is kept)."""
-        self._execute("BEGIN IMMEDIATE")
-        changes = self._db.total_changes
+        if the commit fails: nothing of it is kept).
+
+        A durable commit waits for the disk. One that is not survives a killed process but
+        may be lost with the machine's power (it becomes durable with the next durable
+        commit): for what only records what was done already, or what a durable commit
+        before it will make be done again."""
+        if not durable:
+            self._execute("PRAGMA synchronous=NORMAL")
         try:
-            yield
-            self._execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:  # SQLite ends it itself on a full disk or I/O error
+            self._execute("BEGIN IMMEDIATE")
+            changes = self._db.total_changes
+            try:
+                yield
+                self._execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # SQLite ends it itself on a full disk or I/O
+                    with suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        finally:
+            if not durable:
                 with suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-            raise
+                    self._db.execute("PRAGMA synchronous=FULL")
         if self._db.total_changes != changes:
             self.health.wrote()
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        changes = self._db.total_changes
         try:
+            changes = self._db.total_changes  # raises once the store is closed
             cursor = self._db.execute(sql, params)
         except sqlite3.Error as exc:
             self.health.failed(exc)
@@ -181,6 +193,9 @@ class AgentStore:
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    def forget_meta(self, key: str) -> None:
+        self._execute("DELETE FROM meta WHERE key = ?", (key,))
 
     def load_identity(self) -> Identity | None:
         text = self.get_meta("identity")
@@ -415,6 +430,11 @@ class AgentStore:
 
     def outbox_mark_sent(self, envelope_id: str) -> None:
         self._execute("DELETE FROM outbox WHERE envelope_id = ?", (envelope_id,))
+
+    def outbox_forget(self, envelope_ids: Iterable[str]) -> None:
+        """Delete the outbox rows of envelopes the relay took (inside a transaction)."""
+        for envelope_id in envelope_ids:
+            self.outbox_mark_sent(envelope_id)
 
     def outbox_size(self) -> int:
         return int(self._execute("SELECT COUNT(*) FROM outbox").fetchone()[0])

@@ -67,6 +67,8 @@ class Agent:
         """Also send a ``notification`` twin for every new item."""
         self.peers: dict[str, PublicCard] = {}
         self.decisions: list[ApprovalDecision] = []
+        self.decided_at: list[float] = []
+        """The event loop's time at which each decision was applied (for benchmarks)."""
         self.answers: list[ClarificationAnswer] = []
         self.refused: list[str] = []
         """Why envelopes, pairings, decisions or answers were refused, one line each."""
@@ -316,6 +318,7 @@ class Agent:
                 return
         self._seen_ids.add(decision.decision_id)
         self.decisions.append(decision)
+        self.decided_at.append(asyncio.get_running_loop().time())
         refused = self._grants.give(approval, decision)
         if refused is not None:
             self._refuse(f"decision {decision.decision_id}: {refused}")

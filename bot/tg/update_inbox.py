@@ -40,6 +40,9 @@ RETRY: Final = Backoff(initial_s=1.0, max_s=30.0)
 """How a fetch or a handling pass that failed is tried again."""
 PRUNE_EVERY: Final = 500
 """Handled updates between two prunes of the table."""
+HANDLER_TURNS: Final = 2
+"""Turns of the event loop the fetcher leaves to the handler after holding updates: one
+to decide a tap, one for the decision to leave for the relay."""
 
 _handling: ContextVar[int | None] = ContextVar("handling_update", default=None)
 _failed: ContextVar[StoreUnavailable | None] = ContextVar("update_store_failed", default=None)
@@ -109,6 +112,11 @@ class UpdateInbox:
                     if updates:
                         self.hold([(u.update_id, json.dumps(u.to_dict())) for u in updates])
                         offset = updates[-1].update_id + 1
+                        # The handler first: a tap is decided, and its decision leaves,
+                        # before the next long poll is asked for (an update arriving
+                        # meanwhile waits at Telegram for a moment).
+                        for _ in range(HANDLER_TURNS):
+                            await asyncio.sleep(0)
                     retries.reset()
                     continue
                 except StoreUnavailable as exc:
