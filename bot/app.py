@@ -163,7 +163,7 @@ class Bot:
         identity = load_or_create_identity(
             config.identity_path, config.device_name or f"Telegram @{username}"
         )
-        store = Store.open(config.database_path)
+        store = Store.open(config.database)
         stack.callback(store.close)
         renderer = Renderer(config.templates_dir)
         gateway = Gateway(application.bot)

@@ -71,6 +71,25 @@ def postgres_url(postgres_server: str) -> str:
     return postgres_server.rsplit("/", 1)[0] + "/" + name
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """Where the bot keeps its state, once for each store: the SQLite file in
+    ``tmp_path / "state"``, then a new PostgreSQL database, migrated. The bots that
+    :mod:`world` configures while the test runs use it (``[storage] url``)."""
+    import world
+
+    if request.param == "sqlite":
+        yield tmp_path / "state" / "skald-telegram.sqlite3"
+        return
+    url: str = request.getfixturevalue("postgres_url")
+    Store.migrate(url)
+    world.STORAGE_URL = url
+    try:
+        yield url
+    finally:
+        world.STORAGE_URL = None
+
+
 @pytest.fixture
 async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
     async with RelayServer(tmp_path / "relay") as server:
@@ -88,11 +107,12 @@ def bob() -> Identity:
 
 
 @pytest.fixture
-def bridge_and_agent(tmp_path: Path) -> Iterator[tuple[Bridge, Identity, Store]]:
-    """A bot's bridge over a store in ``tmp_path``, and an agent paired and bound to
-    chat 5."""
+def bridge_and_agent(tmp_path: Path, state_store: Path | str
+                     ) -> Iterator[tuple[Bridge, Identity, Store]]:
+    """A bot's bridge over a store (each of :func:`state_store`), and an agent paired and
+    bound to chat 5."""
     device, agent = Identity.generate("bot"), Identity.generate("agent")
-    store = Store.open(tmp_path / "state.sqlite3")
+    store = Store.open(state_store)
     config = parse_config({"telegram": {"token": "1:x", "admins": [1]},
                            "state": {"dir": str(tmp_path)}}, base=tmp_path)
     bridge = Bridge(identity=device, store=store, config=config, clock=SYSTEM_CLOCK)

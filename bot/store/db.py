@@ -1,4 +1,5 @@
-"""The bot's SQLite file: its schema, opening it (:mod:`bot.durable`), and transactions.
+"""The bot's schema (on SQLite and, through :mod:`bot.store.postgres`, on PostgreSQL),
+and its SQLite file: opening it (:mod:`bot.durable`), and transactions.
 
 Every multi-step change runs in one transaction (:meth:`Database.transaction`), so a SIGKILL
 between any two lines leaves a state the next start can finish.
@@ -22,6 +23,12 @@ from bot.storefaults import StoreHealth
 log = logging.getLogger(__name__)
 
 PLACE: Final = Place("the state database", "the state folder", "state.dir")
+
+_AUDIT_NO_UPDATE: Final = """CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END"""
+_AUDIT_NO_DELETE: Final = """CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END"""
+_NEW_REFS: Final = "UPDATE cards SET ref = lower(hex(randomblob(16)))"
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS peers (
@@ -182,10 +189,8 @@ _SCHEMA: Final = (
         detail TEXT NOT NULL DEFAULT '{}'
     )""",
     "CREATE INDEX IF NOT EXISTS audit_chat ON audit (chat_id, seq)",
-    """CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END""",
+    _AUDIT_NO_UPDATE,
+    _AUDIT_NO_DELETE,
     """CREATE TABLE IF NOT EXISTS grants (
         agent_id TEXT NOT NULL,
         grant_id TEXT NOT NULL,
@@ -269,7 +274,7 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
     ),
     # Each card's opaque reference for the Mini App (never its item id or button token).
     ("ALTER TABLE cards ADD COLUMN ref TEXT",
-     "UPDATE cards SET ref = lower(hex(randomblob(16)))",
+     _NEW_REFS,
      "CREATE UNIQUE INDEX IF NOT EXISTS cards_ref ON cards (ref)"),
     # Edits before approving: the edit standing on a card, and the prompts asking for one.
     (
@@ -294,6 +299,33 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
 )
 """The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+POSTGRES_STATEMENTS: Final[dict[str, tuple[str, ...]]] = {
+    _AUDIT_NO_UPDATE: (
+        """CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql
+        AS $$ BEGIN RAISE EXCEPTION 'the audit trail is append-only'; END $$""",
+        """CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+        FOR EACH ROW EXECUTE FUNCTION audit_append_only()""",
+        """CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only()""",
+    ),
+    _AUDIT_NO_DELETE: ("""CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+        FOR EACH ROW EXECUTE FUNCTION audit_append_only()""",),
+    _NEW_REFS: ("UPDATE cards SET ref = md5(random()::text || card_id::text)",),
+}
+"""The steps' statements that PostgreSQL says otherwise; every other one is translated by
+:func:`bot.store.sql.postgres_ddl`."""
+
+
+def file_version(path: Path) -> int:
+    """The schema version of the SQLite file at ``path`` (0 when there is none yet)."""
+    if not path.is_file():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as raw:
+            return int(raw.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise StoreError(PLACE.unusable(path, exc)) from exc
 
 
 class Database:
@@ -337,6 +369,10 @@ class Database:
                 connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:
             raise store_error(f"cannot checkpoint {self.path}: {exc}", exc) from exc
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     def schema_version(self) -> int:
         row = self.one("PRAGMA user_version")
