@@ -61,6 +61,11 @@ STORAGE_URL: str | None = None
 ``state_store`` fixture); ``None``: the SQLite file in the state folder."""
 
 
+def storage_toml() -> str:
+    """The ``[storage]`` table for :data:`STORAGE_URL`, for a configuration file."""
+    return f'[storage]\nurl = "{STORAGE_URL}"\n' if STORAGE_URL else ""
+
+
 def bot_config(tmp: Path, api_url: str, **telegram: Any) -> dict[str, Any]:
     storage = {"storage": {"url": STORAGE_URL}} if STORAGE_URL else {}
     return {

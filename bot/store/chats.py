@@ -62,7 +62,7 @@ class Chats(ChatsView):
         self._db.run(
             "INSERT INTO chats (chat_id, title, kind) VALUES (?, ?, ?) ON CONFLICT (chat_id)"
             " DO UPDATE SET title = excluded.title, kind = excluded.kind"
-            " WHERE title != excluded.title OR kind != excluded.kind",
+            " WHERE chats.title != excluded.title OR chats.kind != excluded.kind",
             (chat_id, title, kind),
         )
 
@@ -114,7 +114,7 @@ class Chats(ChatsView):
         self._db.run(
             "INSERT INTO users (user_id, name, username) VALUES (?, ?, ?) ON CONFLICT (user_id)"
             " DO UPDATE SET name = excluded.name, username = excluded.username"
-            " WHERE name != excluded.name"
-            " OR coalesce(username, '') != coalesce(excluded.username, '')",
+            " WHERE users.name != excluded.name"
+            " OR coalesce(users.username, '') != coalesce(excluded.username, '')",
             (user_id, name, username),
         )

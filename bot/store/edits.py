@@ -56,7 +56,7 @@ class Edits(EditsView):
         self._db.run(
             "INSERT INTO edits (card_id, revision, arguments_json, user_id, user_name, at)"
             " VALUES (?, 1, ?, ?, ?, ?) ON CONFLICT (card_id) DO UPDATE SET"
-            " revision = revision + 1, arguments_json = excluded.arguments_json,"
+            " revision = edits.revision + 1, arguments_json = excluded.arguments_json,"
             " user_id = excluded.user_id, user_name = excluded.user_name, at = excluded.at",
             (card_id, text, user_id, user_name, at))
         row = self._db.one("SELECT revision FROM edits WHERE card_id = ?", (card_id,))
