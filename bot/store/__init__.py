@@ -68,7 +68,7 @@ class Store:
         if isinstance(where, str) and is_postgres_url(where):
             from bot.store.postgres import PostgresDatabase
 
-            db = PostgresDatabase.open(where, migrate=True)
+            db = PostgresDatabase.connect(where)
             try:
                 return db.location, *db.migrate()
             finally:

@@ -147,6 +147,20 @@ class PostgresDatabase:
     def open(cls, url: str, *, migrate: bool = False) -> PostgresDatabase:
         """Connect to the database at ``url``; with ``migrate``, bring its schema up to date,
         otherwise refuse one that is not at :data:`~bot.store.db.SCHEMA_VERSION`."""
+        db = cls.connect(url)
+        try:
+            if migrate:
+                db.migrate()
+            else:
+                db.check_schema()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @classmethod
+    def connect(cls, url: str) -> PostgresDatabase:
+        """Connect to the database at ``url``, whatever its schema."""
         pool: ConnectionPool[Any] = ConnectionPool(
             url, min_size=1, max_size=1, open=False, kwargs=dict(CONNECTION),
             configure=_configure, reconnect_timeout=RECONNECT_S, name="skald-telegram")
@@ -157,16 +171,7 @@ class PostgresDatabase:
             raise StoreUnavailable(f"cannot reach the state database {masked_url(url)} "
                                    f"within {CONNECT_S:.0f} s (check [storage] url and that "
                                    "the server is up)") from exc
-        db = cls(pool, url)
-        try:
-            if migrate:
-                db.migrate()
-            else:
-                db.check_schema()
-        except BaseException:
-            db.close()
-            raise
-        return db
+        return cls(pool, url)
 
     @property
     def location(self) -> str:
