@@ -10,10 +10,13 @@ import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from pgcluster import URL_VARIABLE, ClusterError
+from pgcluster import halt as halt_cluster
+from pgcluster import resume as resume_cluster
 from pgcluster import start as start_cluster
 from pgcluster import stop as stop_cluster
 
@@ -69,6 +72,42 @@ def postgres_url(postgres_server: str) -> str:
     with psycopg.connect(postgres_server, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@dataclass(frozen=True)
+class OwnServer:
+    """A PostgreSQL cluster of one test's own, which it may stop and start again."""
+
+    folder: Path
+    admin_url: str
+    database: str
+    """The URL of a migrated database for the bot."""
+
+    def stop(self) -> None:
+        halt_cluster(self.folder)
+
+    def start(self) -> None:
+        resume_cluster(self.folder, self.admin_url)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnServer]:
+    """A cluster for a test that stops the bot's database server (a throwaway one: the
+    shared server stays up for the others)."""
+    import psycopg
+
+    folder = Path(tempfile.mkdtemp(prefix="skald-pg-own-"))
+    try:
+        url = start_cluster(folder)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE bot")
+        database = url.rsplit("/", 1)[0] + "/bot"
+        Store.migrate(database)
+        yield OwnServer(folder, url, database)
+    except ClusterError as exc:
+        pytest.fail(f"no PostgreSQL for the test: {exc}", pytrace=False)
+    finally:
+        stop_cluster(folder)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -6,62 +6,44 @@ twice, and the bot recovers by itself."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import world
-from pgcluster import halt, resume, start, stop
+from conftest import OwnServer
 from world import ADA, approval, make_world, running_bot
 
 from bot.errors import StoreUnavailable
-from bot.store import Store
-
-
-@pytest.fixture
-def own_server() -> Iterator[tuple[Path, str]]:
-    """A cluster of the test's own, which it may stop and start: its folder, and the URL of
-    a migrated database the bot's configuration uses."""
-    folder = Path(tempfile.mkdtemp(prefix="skald-pg-fault-"))
-    try:
-        url = start(folder)
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute("CREATE DATABASE bot")
-        database = url.rsplit("/", 1)[0] + "/bot"
-        Store.migrate(database)
-        world.STORAGE_URL = database
-        yield folder, url
-    finally:
-        world.STORAGE_URL = None
-        stop(folder)
 
 
 async def test_the_server_stopped_while_the_bot_runs_loses_no_decision(
-    tmp_path: Path, own_server: tuple[Path, str],
+    tmp_path: Path, own_postgres: OwnServer,
 ) -> None:
-    folder, url = own_server
-    async with make_world(tmp_path) as w, running_bot(w) as running:
-        await w.pair(ADA)
-        w.agent.submit_approval(approval("apr_before"))
-        card = await w.wait_card(ADA, "apr_before")
+    world.STORAGE_URL = own_postgres.database
+    try:
+        async with make_world(tmp_path) as w, running_bot(w) as running:
+            await w.pair(ADA)
+            w.agent.submit_approval(approval("apr_before"))
+            card = await w.wait_card(ADA, "apr_before")
 
-        halt(folder)
-        with pytest.raises(StoreUnavailable):
-            running.store.items.open_count()
-        # Not confirmed to Telegram while it cannot be stored: Telegram holds the tap.
-        w.tap(ADA, card, ADA, "✅ Approve")
-        w.agent.submit_approval(approval("apr_during"))
-        await asyncio.sleep(2)
-        assert w.agent.decisions == []
-        assert len(w.cards(ADA)) == 1  # no card posted that cannot be recorded
+            own_postgres.stop()
+            with pytest.raises(StoreUnavailable):
+                running.store.items.open_count()
+            # Not confirmed to Telegram while it cannot be stored: Telegram keeps the tap.
+            w.tap(ADA, card, ADA, "✅ Approve")
+            w.agent.submit_approval(approval("apr_during"))
+            await asyncio.sleep(2)
+            assert w.agent.decisions == []
+            assert len(w.cards(ADA)) == 1  # no card posted that cannot be recorded
 
-        resume(folder, url)
-        await w.agent.wait_for(lambda a: len(a.decisions) == 1, timeout=30)
-        assert (w.agent.decisions[0].approval_id, w.agent.decisions[0].decision) \
-            == ("apr_before", "approve")
-        await w.wait_card(ADA, "apr_during", timeout=30)
-        await w.wait_card(ADA, "apr_before", lambda m: "Approved by" in m.text, timeout=30)
-        assert len(w.cards(ADA)) == 2  # no card posted twice
+            own_postgres.start()
+            await w.agent.wait_for(lambda a: len(a.decisions) == 1, timeout=30)
+            assert (w.agent.decisions[0].approval_id, w.agent.decisions[0].decision) \
+                == ("apr_before", "approve")
+            await w.wait_card(ADA, "apr_during", timeout=30)
+            await w.wait_card(ADA, "apr_before", lambda m: "Approved by" in m.text,
+                              timeout=30)
+            assert len(w.cards(ADA)) == 2  # none posted twice
+    finally:
+        world.STORAGE_URL = None
     assert len(w.agent.decisions) == 1
