@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from bot.durable import Place, Step, open_sqlite
 from bot.errors import StoreError, StoreUnavailable, store_error
+from bot.store.sql import Nesting
 from bot.storefaults import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ def file_version(path: Path) -> int:
         raise StoreError(PLACE.unusable(path, exc)) from exc
 
 
-class Database:
+class Database(Nesting):
     """One SQLite connection. Methods are synchronous and short; call them from the event
     loop, or from a thread the loop waits for (a large envelope is applied in one).
 
@@ -339,7 +340,6 @@ class Database:
         self._connection = connection
         self.path = path
         self._lock = threading.RLock()
-        self._depth = 0
         self.durable_commits = 0
         """Commits that waited for the disk so far."""
         self.before_commit: Callable[[], None] = lambda: None
@@ -379,27 +379,9 @@ class Database:
         return int(row[0]) if row else 0
 
     @contextmanager
-    def transaction(self, *, durable: bool = True) -> Iterator[None]:
-        """Run the block in one transaction (nested calls join the outer one).
-
-        A durable commit waits for the disk (``synchronous=FULL``). One that is not
-        (``synchronous=NORMAL``) survives a killed process but may be lost with the machine's
-        power; it suits writes that only record what Telegram or the relay already did,
-        where losing one means doing it again, and it is made durable by the next durable
-        commit.
-        """
-        with self._lock, self._transaction(durable):
-            yield
-
-    @contextmanager
-    def _transaction(self, durable: bool) -> Iterator[None]:
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
+    def _outermost(self, durable: bool) -> Iterator[None]:
+        """A durable commit waits for the disk (``synchronous=FULL``), one that is not for
+        the write-ahead log only (``synchronous=NORMAL``)."""
         try:
             if not durable:
                 self._connection.execute("PRAGMA synchronous=NORMAL")
@@ -431,23 +413,11 @@ class Database:
         if self._connection.total_changes != changes:
             self.health.wrote()
 
-    @contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """Inside a transaction: undo the block's writes if it raises (the error goes on),
-        leaving the rest of the transaction as it was."""
-        with self._lock:
-            if not self._depth:
-                raise StoreError("a savepoint needs a transaction")
-            self.run("SAVEPOINT part")
-            try:
-                yield
-            except BaseException:
-                # A full disk or an I/O error ends the whole transaction in SQLite: then
-                # there is nothing left to undo here, and the error goes on.
-                if self._connection.in_transaction:
-                    self.run("ROLLBACK TO part")
-                    self.run("RELEASE part")
-                raise
+    def _undo_savepoint(self) -> None:
+        # A full disk or an I/O error ends the whole transaction in SQLite: then there is
+        # nothing left to undo, and the error goes on.
+        if self._connection.in_transaction:
+            self.run("ROLLBACK TO part")
             self.run("RELEASE part")
 
     def _roll_back(self) -> None:

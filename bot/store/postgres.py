@@ -20,7 +20,7 @@ from typing import Any, Final
 from bot.dburl import masked_url
 from bot.errors import StoreError, StoreUnavailable
 from bot.store.db import MIGRATIONS, POSTGRES_STATEMENTS
-from bot.store.sql import HIDDEN_ROWID, postgres_ddl, postgres_query
+from bot.store.sql import HIDDEN_ROWID, Nesting, postgres_ddl, postgres_query
 from bot.storefaults import StoreHealth
 
 try:
@@ -127,7 +127,7 @@ class _Done:
         self.rows = rows
 
 
-class PostgresDatabase:
+class PostgresDatabase(Nesting):
     """The bot's tables in PostgreSQL, with the methods of :class:`bot.store.sql.Sql`.
     Like the SQLite :class:`~bot.store.db.Database`, one transaction at a time holds the
     connection; a statement from another thread waits for it to end."""
@@ -137,7 +137,6 @@ class PostgresDatabase:
         self._shown = masked_url(url)
         self._lock = threading.RLock()
         self._connection: psycopg.Connection[Any] | None = None
-        self._depth = 0
         self._wrote = False
         self.durable_commits = 0
         self.before_commit: Callable[[], None] = lambda: None
@@ -222,33 +221,24 @@ class PostgresDatabase:
         return before, len(MIGRATIONS)
 
     @contextmanager
-    def transaction(self, *, durable: bool = True) -> Iterator[None]:
-        """Run the block in one transaction (nested calls join the outer one). One that is
-        not durable commits without waiting for the server's disk
-        (``synchronous_commit = off``): see :meth:`bot.store.db.Database.transaction`."""
-        with self._lock:
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield
-                finally:
-                    self._depth -= 1
-                return
-            self._begin(durable)
-            self._depth, self._wrote = 1, False
-            try:
-                yield
-                self.before_commit()
-                self._depth = 0
-                self._execute("COMMIT", None)
-            except BaseException:
-                self._depth = 0
-                self._end(rollback=True)
-                raise
-            self._end(rollback=False)
-            self.durable_commits += durable
-            if self._wrote:
-                self.health.wrote()
+    def _outermost(self, durable: bool) -> Iterator[None]:
+        """One that is not durable commits without waiting for the server's disk
+        (``synchronous_commit = off``)."""
+        self._begin(durable)
+        self._depth, self._wrote = 1, False
+        try:
+            yield
+            self.before_commit()
+            self._depth = 0
+            self._execute("COMMIT", None)
+        except BaseException:
+            self._depth = 0
+            self._end(rollback=True)
+            raise
+        self._end(rollback=False)
+        self.durable_commits += durable
+        if self._wrote:
+            self.health.wrote()
 
     def _begin(self, durable: bool) -> None:
         self._connection = self._take()
@@ -280,20 +270,9 @@ class PostgresDatabase:
                                    f"{GETCONN_S:.0f} s") from exc
         return connection
 
-    @contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """See :meth:`bot.store.db.Database.savepoint`."""
-        with self._lock:
-            if not self._depth:
-                raise StoreError("a savepoint needs a transaction")
-            self.run("SAVEPOINT part")
-            try:
-                yield
-            except BaseException:
-                with suppress(StoreError):
-                    self.run("ROLLBACK TO part")
-                    self.run("RELEASE part")
-                raise
+    def _undo_savepoint(self) -> None:
+        with suppress(StoreError):  # a lost connection took the transaction with it
+            self.run("ROLLBACK TO part")
             self.run("RELEASE part")
 
     def _execute(self, sql: str, params: tuple[Any, ...] | None) -> _Done:

@@ -9,11 +9,13 @@ PostgreSQL adapter (:mod:`bot.store.postgres`) turns it into its own dialect wit
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from typing import Any, Protocol
 
+from bot.errors import StoreError
 from bot.storefaults import StoreHealth
 
 
@@ -67,6 +69,59 @@ class Sql(Protocol):
     def checkpoint(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class Nesting:
+    """Transactions that nested calls join: only the outermost one begins and commits
+    (:meth:`_outermost`), holding the database's lock for its thread until then."""
+
+    _lock: threading.RLock
+    _depth = 0
+
+    @contextmanager
+    def transaction(self, *, durable: bool = True) -> Iterator[None]:
+        """Run the block in one transaction (nested calls join the outer one).
+
+        A durable commit waits for the disk. One that is not survives a killed process but
+        may be lost with the machine's power (or the database server's crash); it suits
+        writes that only record what Telegram or the relay already did, where losing one
+        means doing it again, and it is made durable by the next durable commit.
+        """
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            with self._outermost(durable):
+                yield
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: undo the block's writes if it raises (the error goes on),
+        leaving the rest of the transaction as it was."""
+        with self._lock:
+            if not self._depth:
+                raise StoreError("a savepoint needs a transaction")
+            self.run("SAVEPOINT part")
+            try:
+                yield
+            except BaseException:
+                self._undo_savepoint()
+                raise
+            self.run("RELEASE part")
+
+    def _outermost(self, durable: bool) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _undo_savepoint(self) -> None:
+        """Roll back to the savepoint and release it, if the transaction is still there."""
+        raise NotImplementedError
+
+    def run(self, sql: str, params: tuple[Any, ...] = ()) -> Outcome:
+        raise NotImplementedError
 
 
 HIDDEN_ROWID = "rowid"
