@@ -6,6 +6,7 @@ saying where the state is and at which schema, never with the password."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,36 @@ async def test_doctor_and_health_say_where_the_state_is(
     assert f"✓ database: {shown} (schema {SCHEMA_VERSION})" in out
     assert code == 0 and f"✓ relay {relay_url}: reachable" in out
     assert PASSWORD not in out + detail
+
+
+def test_the_dialect_keeps_what_sqlite_means(postgres_url: str) -> None:
+    """64-bit ids, a JSON list read with ``json_each``, a ``%`` and a ``?`` inside a
+    literal, the hidden row number left out of ``SELECT *``, and the audit trail
+    append-only."""
+    Store.migrate(postgres_url)
+    store = Store.open(postgres_url)
+    try:
+        big = -1001234567890123
+        store.chats.set_forbidden(big, True)
+        store.db.run("UPDATE chats SET title = '100% sure?' WHERE chat_id = ?", (big,))
+        row = store.db.one("SELECT * FROM chats WHERE chat_id = ?", (big,))
+        assert row is not None and dict(row) == {"chat_id": big, "title": "100% sure?",
+                                                 "kind": "private", "forbidden": 1}
+        found = store.db.all("SELECT chat_id FROM chats WHERE chat_id IN"
+                             " (SELECT value::bigint FROM json_each(?))", (f"[{big}, 7]",))
+        assert [r["chat_id"] for r in found] == [big]
+        store.db.run("INSERT INTO audit (at, event) VALUES (1, 'x')")
+        for change in ("UPDATE audit SET event = 'y'", "DELETE FROM audit", "TRUNCATE audit"):
+            with pytest.raises(StoreError, match="append-only"):
+                store.db.run(change)
+    finally:
+        store.close()
+
+
+def test_without_the_extra_a_url_says_what_to_install(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "bot.store.postgres", raising=False)
+    with pytest.raises(StoreError, match=r"pip install 'skald-telegram\[postgresql\]'"):
+        Store.open(postgres_url)

@@ -25,8 +25,6 @@ from bot.storefaults import StoreHealth
 
 try:
     import psycopg
-    from psycopg.abc import Buffer
-    from psycopg.adapt import Dumper
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # the optional extra is missing
     raise StoreError("PostgreSQL needs psycopg: pip install 'skald-telegram[postgresql]'") \
@@ -91,18 +89,8 @@ def _row_factory(cursor: Any) -> Any:
     return make
 
 
-class _BoolAsInteger(Dumper):
-    """SQLite stores ``True`` as 1: so does this store, in its integer columns."""
-
-    oid = psycopg.adapters.types["int8"].oid
-
-    def dump(self, obj: Any) -> Buffer:
-        return b"1" if obj else b"0"
-
-
 def _configure(connection: psycopg.Connection[Any]) -> None:
     connection.autocommit = True
-    connection.adapters.register_dumper(bool, _BoolAsInteger)
 
 
 def unavailable(error: BaseException) -> bool:
