@@ -162,3 +162,17 @@ def test_without_the_extra_a_url_says_what_to_install(
     monkeypatch.delitem(sys.modules, "bot.store.postgres", raising=False)
     with pytest.raises(StoreError, match=r"pip install 'skald-telegram\[postgresql\]'"):
         Store.open(postgres_url)
+
+
+async def test_run_refuses_a_database_not_migrated_in_one_line(
+    tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
+    async with make_world(tmp_path) as w:
+        config = config_file(tmp_path, with_password(postgres_url), w.tg.api_url)
+        code = await asyncio.to_thread(cli_main, ["run", "--config", str(config)])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err.endswith(f"needs {SCHEMA_VERSION}: run skald-telegram migrate")
+    assert PASSWORD not in err
