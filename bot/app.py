@@ -29,7 +29,7 @@ from bot.relay_pool import RelayPool
 from bot.render import Renderer
 from bot.signals import until_signalled
 from bot.statedir import ensure_state_dir
-from bot.store import Store
+from bot.store import SCHEMA_VERSION, Store
 from bot.supervisor import Supervisor
 from bot.tg.approvers import ApproverLookup
 from bot.tg.digests import DigestWorker
@@ -163,7 +163,7 @@ class Bot:
         identity = load_or_create_identity(
             config.identity_path, config.device_name or f"Telegram @{username}"
         )
-        store = Store.open(config.database_path)
+        store = Store.open(config.database)
         stack.callback(store.close)
         renderer = Renderer(config.templates_dir)
         gateway = Gateway(application.bot)
@@ -294,7 +294,8 @@ async def _heartbeat(config: Config, running: Running) -> None:
                      "since": s.since.timestamp() if s.since else None}
                     for s in running.relays.statuses()
                 ],
-                "store": running.store.db.health.status(),
+                "store": {**running.store.db.health.status(),
+                          "database": running.store.location, "schema": SCHEMA_VERSION},
                 **counts,
             })
         except OSError as exc:

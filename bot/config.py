@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from bot.core.policy import SERVICE_IDS
+from bot.dburl import is_postgres_url
 from bot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 DEFAULT_PATH = Path("skald-telegram.toml")
 DEFAULT_API_URL = "https://api.telegram.org"
 DEFAULT_LISTEN = "127.0.0.1:8443"
+DATABASE_URL_VARIABLE = "SKALD_TELEGRAM_DATABASE_URL"
 WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 """What Telegram accepts as a webhook's ``secret_token``."""
 WEBAPP_SHORT_NAME = re.compile(r"[A-Za-z0-9_]{3,30}")
@@ -124,6 +126,8 @@ class Config:
     """Set in webhook mode; ``None``: long polling."""
     webapp: WebAppConfig | None = None
     """Set when ``webapp.url`` is: the Mini App with each card's details."""
+    storage_url: str | None = field(default=None, repr=False)
+    """``[storage] url``: a PostgreSQL database instead of the SQLite file."""
 
     @property
     def identity_path(self) -> Path:
@@ -132,6 +136,11 @@ class Config:
     @property
     def database_path(self) -> Path:
         return self.state_dir / "skald-telegram.sqlite3"
+
+    @property
+    def database(self) -> Path | str:
+        """Where the state is: the PostgreSQL URL when set, else the SQLite file."""
+        return self.storage_url or self.database_path
 
     @property
     def status_path(self) -> Path:
@@ -197,6 +206,9 @@ def load_config(
     config = parse_config(data, base=path.parent if path.exists() else Path.cwd(), source=path)
     if environ.get("SKALD_TELEGRAM_STATE_DIR"):
         config = replace(config, state_dir=Path(environ["SKALD_TELEGRAM_STATE_DIR"]))
+    if environ.get(DATABASE_URL_VARIABLE):
+        config = replace(config, storage_url=_storage_url(environ[DATABASE_URL_VARIABLE],
+                                                          DATABASE_URL_VARIABLE))
     token = environ.get("TELEGRAM_BOT_TOKEN") or _token_from_file(environ) or config.token
     if require_token and not token:
         raise ConfigError(
@@ -227,7 +239,7 @@ def _token_from_file(environ: Mapping[str, str]) -> str:
 def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:
     """Validate a decoded TOML document. Relative paths are taken from ``base``."""
     _only_keys(data, "", {"telegram", "state", "chats", "templates", "device", "http",
-                          "webapp"})
+                          "webapp", "storage"})
     telegram = _table(data, "telegram")
     _only_keys(telegram, "telegram.",
                {"token", "api_url", "admins", "chat_pace_seconds", "timezone", "mode",
@@ -271,7 +283,35 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
         source=source,
         webhook=_webhook(telegram, http, base),
         webapp=_webapp(_table(data, "webapp"), http),
+        storage_url=_storage(_table(data, "storage"), base),
     )
+
+
+def _storage(storage: Mapping[str, Any], base: Path) -> str | None:
+    """``[storage] url`` or the content of ``url_file`` (never both); ``None``: the SQLite
+    file in the state folder. The URL is never quoted in an error (it may hold a
+    password)."""
+    _only_keys(storage, "storage.", {"url", "url_file"})
+    inline = _string(storage, "storage.url", "")
+    file_name = _string(storage, "storage.url_file", "")
+    if inline and file_name:
+        raise ConfigError("storage.url: set it or storage.url_file, not both")
+    if file_name:
+        path = base / file_name
+        try:
+            inline = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"storage.url_file: cannot read {path}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from exc
+        return _storage_url(inline, "storage.url_file")
+    return _storage_url(inline, "storage.url") if inline else None
+
+
+def _storage_url(url: str, key: str) -> str:
+    if not is_postgres_url(url):
+        raise ConfigError(f"{key}: must be a postgresql:// URL (leave it out for the SQLite "
+                          "file in the state folder)")
+    return url
 
 
 def _webhook(telegram: Mapping[str, Any], http: Mapping[str, Any],

@@ -32,6 +32,7 @@ from bot.errors import (
     ProtocolError,
     RelayError,
     StoreError,
+    StoreUnavailable,
 )
 from bot.keyfile import load_identity
 from bot.logsafety import redact_value
@@ -79,7 +80,10 @@ async def diagnose(
         checks += [Check("key file", False, skipped), Check("database", False, skipped)]
         return checks
     checks.append(check_key_file(config.identity_path))
-    schema, relay_urls = check_database(config.database_path)
+    if config.storage_url is not None:
+        schema, relay_urls = check_postgres(config.storage_url)
+    else:
+        schema, relay_urls = check_database(config.database_path)
     checks.append(schema)
     checks.extend(await check_relays(relay_urls))
     return checks
@@ -234,6 +238,27 @@ def check_database(path: Path) -> tuple[Check, list[str]]:
         return Check(name, False, f"{path} has schema {version}, expected {SCHEMA_VERSION}",
                      "upgrade skald-telegram, or restore the state folder from a backup"), relays
     return Check(name, True, f"{path} (schema {version})"), relays
+
+
+def check_postgres(url: str) -> tuple[Check, list[str]]:
+    """Whether the PostgreSQL database answers, at which schema version, and the relays of
+    the paired agents. Its URL is shown without its password."""
+    name = "database"
+    try:
+        store = Store.open(url)
+    except StoreUnavailable as exc:
+        return Check(name, False, str(exc), "start the PostgreSQL server, or correct "
+                                            "[storage] url"), []
+    except StoreError as exc:
+        fix = ("run skald-telegram migrate" if "migrate" in str(exc)
+               else "upgrade skald-telegram")
+        return Check(name, False, str(exc).split(": run", 1)[0], fix), []
+    try:
+        version = store.db.schema_version()
+        relays = sorted({peer.relay_url for peer in store.agents.peers()})
+        return Check(name, True, f"{store.location} (schema {version})"), relays
+    finally:
+        store.close()
 
 
 def _database_files(path: Path) -> list[Path]:

@@ -95,9 +95,18 @@ def check_status(path: Path, *, now: float | None = None) -> tuple[bool, str]:
         if shortest > RELAY_GRACE_S:
             return False, (f"no relay connected for {shortest:.0f} s: {', '.join(down)} "
                            "(is the relay running and reachable?)")
+    database = _database(store)
     if down:
-        return True, f"running; relay(s) not connected: {', '.join(down)}"
-    return True, f"running; {len(relays)} relay session(s) up"
+        return True, f"running; relay(s) not connected: {', '.join(down)}{database}"
+    return True, f"running; {len(relays)} relay session(s) up{database}"
+
+
+def _database(store: object) -> str:
+    """``; state database postgresql://bot:•••@db/bot (schema 4)``, or ``""`` from a bot
+    that did not say."""
+    if not isinstance(store, dict) or not isinstance(store.get("database"), str):
+        return ""
+    return f"; state database {store['database']} (schema {store.get('schema')})"
 
 
 def _down_for(relay: dict[str, object], now: float | None) -> float:

@@ -1,6 +1,9 @@
 """Supervision of the bot's long-lived tasks: a task that fails is logged with its
 traceback and restarted after a backoff; one that keeps failing is given up on, and the
-process exits non-zero so that its own supervisor (systemd, Docker) restarts it.
+process exits non-zero so that its own supervisor (systemd, Docker) restarts it. A task
+stopped by the store being unavailable (a full disk, a database server away) is waited out
+instead: restarted with the same backoff, never given up on for it (the store's health says
+it is failing).
 
 Each task's liveness goes into the status file, where ``skald-telegram health`` reads it.
 """
@@ -15,6 +18,7 @@ from typing import Any, Final
 
 from bot.backoff import Backoff, Retries
 from bot.clock import SYSTEM_CLOCK, Clock
+from bot.errors import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,12 @@ class Supervisor:
                 log.error("%s stopped by itself; restarting it", name)
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable as exc:
+                delay = retries.next_delay()
+                log.warning("%s paused, the store cannot work for now (%s); again in %.1f s",
+                            name, exc, delay)
+                await self._clock.sleep(delay)
+                continue
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log.exception("%s failed", name)

@@ -10,10 +10,13 @@ import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from pgcluster import URL_VARIABLE, ClusterError
+from pgcluster import halt as halt_cluster
+from pgcluster import resume as resume_cluster
 from pgcluster import start as start_cluster
 from pgcluster import stop as stop_cluster
 
@@ -71,6 +74,61 @@ def postgres_url(postgres_server: str) -> str:
     return postgres_server.rsplit("/", 1)[0] + "/" + name
 
 
+@dataclass(frozen=True)
+class OwnServer:
+    """A PostgreSQL cluster of one test's own, which it may stop and start again."""
+
+    folder: Path
+    admin_url: str
+    database: str
+    """The URL of a migrated database for the bot."""
+
+    def stop(self) -> None:
+        halt_cluster(self.folder)
+
+    def start(self) -> None:
+        resume_cluster(self.folder, self.admin_url)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnServer]:
+    """A cluster for a test that stops the bot's database server (a throwaway one: the
+    shared server stays up for the others)."""
+    import psycopg
+
+    folder = Path(tempfile.mkdtemp(prefix="skald-pg-own-"))
+    try:
+        url = start_cluster(folder)
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CREATE DATABASE bot")
+        database = url.rsplit("/", 1)[0] + "/bot"
+        Store.migrate(database)
+        yield OwnServer(folder, url, database)
+    except ClusterError as exc:
+        pytest.fail(f"no PostgreSQL for the test: {exc}", pytrace=False)
+    finally:
+        stop_cluster(folder)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """Where the bot keeps its state, once for each store: the SQLite file in
+    ``tmp_path / "state"``, then a new PostgreSQL database, migrated. The bots that
+    :mod:`world` configures while the test runs use it (``[storage] url``)."""
+    import world
+
+    if request.param == "sqlite":
+        yield tmp_path / "state" / "skald-telegram.sqlite3"
+        return
+    url: str = request.getfixturevalue("postgres_url")
+    Store.migrate(url)
+    world.STORAGE_URL = url
+    try:
+        yield url
+    finally:
+        world.STORAGE_URL = None
+
+
 @pytest.fixture
 async def relay(tmp_path: Path) -> AsyncIterator[RelayServer]:
     async with RelayServer(tmp_path / "relay") as server:
@@ -88,11 +146,12 @@ def bob() -> Identity:
 
 
 @pytest.fixture
-def bridge_and_agent(tmp_path: Path) -> Iterator[tuple[Bridge, Identity, Store]]:
-    """A bot's bridge over a store in ``tmp_path``, and an agent paired and bound to
-    chat 5."""
+def bridge_and_agent(tmp_path: Path, state_store: Path | str
+                     ) -> Iterator[tuple[Bridge, Identity, Store]]:
+    """A bot's bridge over a store (each of :func:`state_store`), and an agent paired and
+    bound to chat 5."""
     device, agent = Identity.generate("bot"), Identity.generate("agent")
-    store = Store.open(tmp_path / "state.sqlite3")
+    store = Store.open(state_store)
     config = parse_config({"telegram": {"token": "1:x", "admins": [1]},
                            "state": {"dir": str(tmp_path)}}, base=tmp_path)
     bridge = Bridge(identity=device, store=store, config=config, clock=SYSTEM_CLOCK)

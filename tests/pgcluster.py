@@ -87,6 +87,21 @@ def start(folder: Path) -> str:
     return f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres"
 
 
+def halt(folder: Path) -> None:
+    """Stop the cluster in ``folder`` as an operator does (its sessions cut off, what
+they committed kept), keeping its data."""
+    _run([str(server_program("pg_ctl")), "-D", str(folder / "data"), "-m", "fast",
+          "-w", "stop"])
+
+
+def resume(folder: Path, url: str) -> None:
+    """Start again the cluster :func:`halt` stopped, on the port of its ``url``."""
+    port = url.rsplit(":", 1)[1].split("/", 1)[0]
+    _run([str(server_program("pg_ctl")), "-D", str(folder / "data"), "-l",
+          str(folder / "server.log"), "-w", "-t", "60", "-o",
+          f"-p {port} -k {folder} {SERVER_OPTIONS}", "start"])
+
+
 def stop(folder: Path) -> None:
     """Stop the cluster in ``folder`` and remove it."""
     data = folder / "data"

@@ -22,6 +22,7 @@ from bot.protocol.identity import Identity
 from bot.protocol.payloads import raw_payload
 from bot.relay.queue import RelayQueue
 from bot.store import Store
+from bot.store.postgres import PostgresDatabase
 
 
 def _said(bridge: Bridge, batch: list[dict[str, Any]], caplog: pytest.LogCaptureFixture,
@@ -192,6 +193,13 @@ def test_snapshots_whose_revisions_mislead_are_opened_in_turn(
 
 def _refusing(store: Store, item_id: str) -> None:
     """The database refuses to hold ``item_id`` (a trigger stands for any constraint)."""
+    if isinstance(store.db, PostgresDatabase):
+        store.db.run(f"CREATE FUNCTION refuse_{item_id}() RETURNS trigger LANGUAGE plpgsql"
+                     f" AS $$ BEGIN IF NEW.item_id = '{item_id}' THEN RAISE EXCEPTION 'no';"
+                     " END IF; RETURN NEW; END $$")
+        store.db.run(f"CREATE TRIGGER refuse_{item_id} BEFORE INSERT ON items FOR EACH ROW"
+                     f" EXECUTE FUNCTION refuse_{item_id}()")
+        return
     with sqlite3.connect(store.path) as db:
         db.execute(f"CREATE TRIGGER refuse_{item_id} BEFORE INSERT ON items"
                    f" WHEN NEW.item_id = '{item_id}' BEGIN SELECT RAISE(ABORT, 'no'); END")

@@ -25,6 +25,7 @@ from world import (
     make_world,
     question,
     running_bot,
+    storage_toml,
 )
 
 from bot.cli import main as cli_main
@@ -38,6 +39,7 @@ from bot.protocol.payloads import InboxRequest
 from bot.relay.server import RelayServer
 from bot.store import Store
 
+pytestmark = pytest.mark.usefixtures("state_store")
 
 async def test_pair_by_command_then_card_and_approve(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world, running_bot(world):
@@ -290,7 +292,7 @@ def _config_file(world: World) -> Path:
     config_file = world.tmp / "skald-telegram.toml"
     config_file.write_text(
         f'[telegram]\ntoken = "{TOKEN}"\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
-        f'[state]\ndir = "{world.tmp / "state"}"\n'
+        f'[state]\ndir = "{world.tmp / "state"}"\n{storage_toml()}'
     )
     return config_file
 
@@ -303,7 +305,7 @@ async def test_pair_cli_binds_the_chat(tmp_path: Path) -> None:
             cli_main, ["pair", "--config", str(config_file), "--chat", str(ADA), uri])
         assert code == 0
         assert len(world.agent.peers) == 1
-        store = Store.open(tmp_path / "state" / "skald-telegram.sqlite3")
+        store = Store.open(world.config.database)
         bindings = store.agents.bindings_for_agent(world.agent.identity.id)
         assert [b.chat_id for b in bindings] == [ADA]
         store.close()
@@ -356,7 +358,7 @@ async def test_restart_posts_no_duplicate_and_keeps_decisions(tmp_path: Path, mo
         assert len(world.cards(ADA)) == 2
         out = tmp_path / "audit.out"
         config_file = tmp_path / "skald-telegram.toml"
-        config_file.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n')
+        config_file.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n{storage_toml()}')
         code = await asyncio.to_thread(_audit_to, out, config_file, mode)
         assert code == 0
         text = out.read_text()

@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from conftest import eventually
-from world import ADA, TOKEN, World, approval, make_world
+from world import ADA, TOKEN, World, approval, make_world, storage_toml
 
 from bot.protocol.payloads import ApprovalDecision
+from bot.store import Store
+
+pytestmark = pytest.mark.usefixtures("state_store")
 
 
 @asynccontextmanager
@@ -27,7 +30,7 @@ async def bot_process(
     or into tables of their own after a table header."""
     config = world.tmp / "skald-telegram.toml"
     config.write_text(
-        f'[state]\ndir = "{world.tmp / "state"}"\n'
+        f'[state]\ndir = "{world.tmp / "state"}"\n{storage_toml()}'
         f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
         f"chat_pace_seconds = {pace}\n{settings}"
     )
@@ -45,16 +48,18 @@ async def bot_process(
             await process.wait()
 
 
-def posted_cards(db: Path) -> dict[str, int]:
-    with sqlite3.connect(db) as connection:
-        rows = connection.execute(
-            "SELECT item_id, message_id FROM cards WHERE message_id IS NOT NULL").fetchall()
-    return dict(rows)
+def posted_cards(db: Path | str) -> dict[str, int]:
+    store = Store.open(db)
+    try:
+        rows = store.db.all("SELECT item_id, message_id FROM cards WHERE message_id IS NOT NULL")
+    finally:
+        store.close()
+    return {row[0]: row[1] for row in rows}
 
 
 async def test_sigkill_and_restart(tmp_path: Path) -> None:
     async with make_world(tmp_path) as world:
-        db = tmp_path / "state" / "skald-telegram.sqlite3"
+        db = world.config.database
         async with bot_process(world) as process:
             await world.pair(ADA)
             for n in range(6):

@@ -142,7 +142,7 @@ def test_the_command_line_reference_has_a_row_for_every_subcommand() -> None:
 @pytest.mark.parametrize(("table", "documented_as"), [
     ("[telegram]\n", "telegram."), ("[state]\n", "state."), ("[templates]\n", "templates."),
     ("[device]\n", "device."), ("[http]\n", "http."), ("[[chats]]\nid = 1\n", "chats[]."),
-    ("[webapp]\n", "webapp."),
+    ("[webapp]\n", "webapp."), ("[storage]\n", "storage."),
 ])
 def test_the_configuration_page_documents_every_setting(tmp_path: Path, table: str,
                                                        documented_as: str) -> None:

@@ -24,7 +24,8 @@ first ask and about one in eight others are never tapped) while its fault happen
   Each store is freed after its first failure: the client's reconnection backoff, which
   grows while a store fails, is real time here (``tests/test_store_faults.py`` keeps a
   store failing for many more attempts). The processes' logs come through pipes, which a
-  full disk does not stop.
+  full disk does not stop. With the bot's state on PostgreSQL (the suite runs once on
+  each store), *fill bot* stops the database server instead, and starts it again.
 
 Once every process is up and every store writes, it checks:
 
@@ -57,7 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 from agenthost_world import CLI, Process, finished, kill_children, start_cli
+from conftest import OwnServer
 from test_store_faults import disk_full
 from world import ADA, TOKEN, button_data
 
@@ -186,16 +189,19 @@ def free_port() -> int:
 class Suite:
     """The processes, the asks, and the rounds played on them."""
 
-    def __init__(self, tmp: Path, tg: TelegramStub, rng: random.Random) -> None:
+    def __init__(self, tmp: Path, tg: TelegramStub, rng: random.Random,
+                 database: OwnServer | None) -> None:
         self.tmp = tmp
         self.tg = tg
         self.rng = rng
+        self.database = database
+        storage = f'[storage]\nurl = "{database.database}"\n' if database else ""
         self.port = free_port()
         self.host_env = {**os.environ, "SKALD_AGENT_STATE": str(tmp / "agent")}
         config = tmp / "skald-telegram.toml"
         config.write_text(
             f'[telegram]\napi_url = "{tg.api_url}"\nadmins = [{ADA}]\n'
-            f'chat_pace_seconds = 0\n[state]\ndir = "{tmp / "state"}"\n')
+            f'chat_pace_seconds = 0\n[state]\ndir = "{tmp / "state"}"\n{storage}')
         self.relay = Service("relay", [*CLI, "relay", "--port", str(self.port), "--data",
                                        str(tmp / "relay")], dict(os.environ), tmp / "relay.log")
         self.host = Service("host", [*CLI, "agent", "serve", "--relay",
@@ -363,14 +369,20 @@ class Suite:
 
     async def fill_bot(self, taps: list[tuple[Ask, str]]) -> str:
         since, relay_since = self.bot.mark(), self.relay.mark()
-        self.bot.disk_full(True)
+        if self.database:  # the bot writes no file of its own: its server stops
+            self.database.stop()
+        else:
+            self.bot.disk_full(True)
         self.tap(taps)
         late = await self.submit()
         await until(lambda: bool(self.bot.logged("cannot hold", since)),
                     "the bot failing to hold a tap")
         await self.handler_failed(self.bot_id, relay_since)
         assert not self.copies(late)
-        self.bot.disk_full(False)
+        if self.database:
+            self.database.start()
+        else:
+            self.bot.disk_full(False)
         return f"until it could not hold a tap nor handle {late.tool}'s update"
 
     async def fill_host(self, taps: list[tuple[Ask, str]]) -> str:
@@ -503,12 +515,12 @@ def host_received(state: Path) -> list[tuple[str, str]]:
     return [(item_id, verdict) for item_id, verdict in rows]
 
 
-async def run_suite(tmp: Path, rng: random.Random) -> None:
+async def run_suite(tmp: Path, rng: random.Random, database: OwnServer | None) -> None:
     faults = [*rng.sample(FAULTS, len(FAULTS)), *rng.sample(FAULTS, len(FAULTS)), "calm"]
     async with TelegramStub(token=TOKEN) as tg:
         tg.add_user(ADA, "Ada", "Lovelace", username="ada")
         tg.add_private_chat(ADA)
-        suite = Suite(tmp, tg, rng)
+        suite = Suite(tmp, tg, rng, database)
         try:
             await suite.setup()
             for number, fault in enumerate(faults, start=1):
@@ -520,12 +532,14 @@ async def run_suite(tmp: Path, rng: random.Random) -> None:
             await kill_children()
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 async def test_faults_lose_no_decision_invent_none_and_cards_say_what_is_true(
-        tmp_path: Path) -> None:
+        tmp_path: Path, store: str, request: pytest.FixtureRequest) -> None:
+    database = request.getfixturevalue("own_postgres") if store == "postgresql" else None
     seed = int(os.environ.get(SEED_VARIABLE) or random.randrange(2**32))
     print(f"fault suite seed {seed}")
     try:
-        await run_suite(tmp_path, random.Random(seed))
+        await run_suite(tmp_path, random.Random(seed), database)
     except Exception as exc:
         exc.add_note(f"fault suite seed {seed}: replay with {SEED_VARIABLE}={seed}")
         raise

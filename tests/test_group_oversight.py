@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import eventually
 from world import (
     ADA,
@@ -26,6 +27,7 @@ from world import (
 from bot.config import parse_config
 from bot.core.policy import ANONYMOUS_ADMIN_ID
 
+pytestmark = pytest.mark.usefixtures("state_store")
 SECRET = "sk-live-51H8xQ2eZvKYlo2C"
 
 

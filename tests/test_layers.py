@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 IO_LIBRARIES = frozenset({"sqlite3", "telegram", "websockets", "httpx", "starlette", "uvicorn",
-                          "mcp"})
+                          "mcp", "psycopg", "psycopg_pool"})
 
 BASE = frozenset({"bot", "bot.errors", "bot.clock", "bot.backoff", "bot.hidden"})
 """Imported by every layer: the package's version, the one exception root, the clock, the
@@ -48,14 +48,16 @@ RULES = (
     Rule("bot.agenthost.describe", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     Rule("bot.agenthost.edits", may=frozenset({"bot.protocol", "bot.render"}), pure=True),
     # Shared adapters and settings.
-    Rule("bot.config", may=frozenset({"bot.core", "bot.render"})),
+    Rule("bot.config", may=frozenset({"bot.core", "bot.render", "bot.dburl"})),
     Rule("bot.keyfile", may=frozenset({"bot.protocol"})),
     Rule("bot.storefaults", may=frozenset()),
+    Rule("bot.dburl", may=frozenset(), pure=True),
     Rule("bot.durable", may=frozenset({"bot.storefaults"})),
     Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals", "bot.storefaults",
                                      "bot.durable"})),
     # The bot application, bottom up.
-    Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults", "bot.durable"})),
+    Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults", "bot.durable",
+                                     "bot.dburl"})),
     Rule("bot.bridge", may=frozenset({"bot.core", "bot.protocol", "bot.store", "bot.config"})),
     # The bridge's shared vocabulary and its batches of envelopes sit below its parts.
     Rule("bot.bridge.base", may=frozenset({"bot.core", "bot.protocol", "bot.store",

@@ -14,7 +14,7 @@ from conftest import eventually
 from world import ADA, approval, make_world, running_bot
 
 from bot.app import Bot, run_until_signalled
-from bot.errors import BotFailed, StoreError
+from bot.errors import BotFailed, StoreError, StoreUnavailable
 from bot.health import RELAY_GRACE_S, check_status, write_status
 from bot.supervisor import Supervisor
 
@@ -46,6 +46,23 @@ async def test_a_failing_task_is_restarted_and_one_that_keeps_failing_is_given_u
     assert runs["broken"] == 3
     assert supervisor.liveness()["broken"]["alive"] is False
     assert supervisor.reason is not None and "broken failed 3 times" in supervisor.reason
+    await supervisor.stop()
+
+
+async def test_a_task_stopped_by_an_unavailable_store_is_waited_for_not_given_up() -> None:
+    supervisor = fast_supervisor(max_failures=2)
+    runs = 0
+
+    async def waiting_for_the_database() -> None:
+        nonlocal runs
+        runs += 1
+        if runs <= 5:
+            raise StoreUnavailable("cannot reach postgresql://bot@db/bot")
+        await asyncio.Event().wait()
+
+    supervisor.start("card worker", waiting_for_the_database)
+    await eventually(lambda: runs == 6)
+    assert not supervisor.failed.is_set() and supervisor.states["card worker"].alive
     await supervisor.stop()
 
 

@@ -56,11 +56,23 @@ def question(item_id: str, options: list[str] | None = None) -> dict[str, Any]:
     return item
 
 
+STORAGE_URL: str | None = None
+"""The PostgreSQL database the bots of the running test keep their state in (set by the
+``state_store`` fixture); ``None``: the SQLite file in the state folder."""
+
+
+def storage_toml() -> str:
+    """The ``[storage]`` table for :data:`STORAGE_URL`, for a configuration file."""
+    return f'[storage]\nurl = "{STORAGE_URL}"\n' if STORAGE_URL else ""
+
+
 def bot_config(tmp: Path, api_url: str, **telegram: Any) -> dict[str, Any]:
+    storage = {"storage": {"url": STORAGE_URL}} if STORAGE_URL else {}
     return {
         "telegram": {"token": TOKEN, "api_url": api_url, "admins": [ADA],
                      "chat_pace_seconds": 0, **telegram},
         "state": {"dir": str(tmp / "state")},
+        **storage,
     }
 
 

@@ -39,6 +39,7 @@ SUBCOMMANDS: Final = (
     "demo",
     "demo_agent",
     "doctor",
+    "migrate",
     "render",
     "agent",
     "ask",

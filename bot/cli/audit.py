@@ -38,11 +38,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, require_token=False)
     since = _since_ms(args.since) if args.since else None
     ensure_state_dir(config.state_dir, create=False)
-    if not config.database_path.is_file():
+    if config.storage_url is None and not config.database_path.is_file():
         print(f"skald-telegram: no database at {config.database_path} (check state.dir, "
               "or --config)", file=sys.stderr)
         return 1
-    store = Store.open(config.database_path)
+    store = Store.open(config.database)
     try:
         rows = store.audit.rows(chat_id=args.chat, since_ms=since)
     finally:

@@ -87,7 +87,7 @@ async def _pair(config: Config, uri_text: str, chat_id: int, timeout: float) -> 
 
     uri = parse_pairing_uri(uri_text)
     identity = device_identity(config, await bot_username(config))
-    store = Store.open(config.database_path)
+    store = Store.open(config.database)
     changed = asyncio.Event()
     bridge = Bridge(identity=identity, store=store, config=config, clock=SYSTEM_CLOCK)
     pool = RelayPool(bridge, after=lambda _changes: changed.set())

@@ -1,4 +1,5 @@
-"""The bot's durable state in one SQLite file (WAL), split by what it holds.
+"""The bot's durable state in one SQLite file (WAL) or one PostgreSQL database
+(:mod:`bot.store.postgres`), split by what it holds.
 
 :class:`Store` gives the writers (only :mod:`bot.bridge`, the use-case layer, writes);
 :meth:`Store.view` gives the same tables read-only, for the Telegram side. A crash between
@@ -13,27 +14,30 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bot.dburl import is_postgres_url
+from bot.errors import StoreError
 from bot.store.agents import Agents
 from bot.store.audit import Audit
 from bot.store.cards import Cards
 from bot.store.chats import Chats
-from bot.store.db import SCHEMA_VERSION, Database
+from bot.store.db import SCHEMA_VERSION, Database, file_version
 from bot.store.digests import Digests
 from bot.store.edits import Edits
 from bot.store.grants import Grants
 from bot.store.items import Items
 from bot.store.outbox import Outbox
 from bot.store.port import StateStore, StoreView
+from bot.store.sql import Sql
 from bot.store.updates import Updates
 
 __all__ = ["SCHEMA_VERSION", "StateStore", "Store", "StoreView"]
 
 
 class Store:
-    """The bot's state in SQLite (a :class:`StateStore`): one database, one object per
-    group of tables."""
+    """The bot's state (a :class:`StateStore`): one database, one object per group of
+    tables."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self.db = db
         self.agents = Agents(db)
         self.items = Items(db)
@@ -47,13 +51,46 @@ class Store:
         self.edits = Edits(db)
 
     @classmethod
-    def open(cls, path: Path) -> Store:
-        """Open (creating if needed) the database at ``path``, schema brought up to date."""
-        return cls(Database.open(path))
+    def open(cls, where: Path | str, *, migrate: bool = False) -> Store:
+        """Open the database ``where`` names. A SQLite file is created if needed and its
+        schema brought up to date; a PostgreSQL URL's schema must be up to date already,
+        unless ``migrate`` (``skald-telegram migrate``) says to bring it there."""
+        if isinstance(where, str) and is_postgres_url(where):
+            from bot.store.postgres import PostgresDatabase  # psycopg is an optional extra
+
+            return cls(PostgresDatabase.open(where, migrate=migrate))
+        return cls(Database.open(Path(where)))
+
+    @classmethod
+    def migrate(cls, where: Path | str) -> tuple[str, int, int]:
+        """Bring the schema of the database ``where`` names up to date: where it is (for
+        messages), and its versions before and after."""
+        if isinstance(where, str) and is_postgres_url(where):
+            from bot.store.postgres import PostgresDatabase
+
+            db = PostgresDatabase.connect(where)
+            try:
+                return db.location, *db.migrate()
+            finally:
+                db.close()
+        before = file_version(Path(where))
+        store = cls.open(where)
+        try:
+            return store.location, before, store.db.schema_version()
+        finally:
+            store.close()
 
     @property
     def path(self) -> Path:
+        """The SQLite file (a PostgreSQL store has none)."""
+        if not isinstance(self.db, Database):
+            raise StoreError(f"{self.db.location} is not a file")
         return self.db.path
+
+    @property
+    def location(self) -> str:
+        """The file, or the URL without its password: for messages."""
+        return self.db.location
 
     def close(self) -> None:
         self.db.close()
@@ -85,4 +122,4 @@ class Store:
 
 
 _PROVIDED: type[StateStore] = Store
-"""The SQLite store, checked by the type checker to provide :class:`StateStore`."""
+"""The store, checked by the type checker to provide :class:`StateStore`."""

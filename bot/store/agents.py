@@ -4,13 +4,13 @@ inbox revision."""
 from __future__ import annotations
 
 from bot.core.model import Binding, Pairing, Peer
-from bot.store.db import Database
+from bot.store.sql import Sql
 
 
 class AgentsView:
     """Reading the agents' tables."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def peers(self) -> list[Peer]:
@@ -121,8 +121,12 @@ class Agents(AgentsView):
         now_ms: int,
     ) -> None:
         self._db.run(
-            "INSERT OR REPLACE INTO pairings (agent_id, relay_url, card_json, chat_id, topic_id,"
-            " requested_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO pairings (agent_id, relay_url, card_json, chat_id, topic_id,"
+            " requested_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id)"
+            " DO UPDATE SET relay_url = excluded.relay_url, card_json = excluded.card_json,"
+            " chat_id = excluded.chat_id, topic_id = excluded.topic_id,"
+            " requested_by = excluded.requested_by, created_at = excluded.created_at,"
+            " accepted_at = NULL",
             (agent_id, relay_url, card_json, chat_id, topic_id, requested_by, now_ms),
         )
         self._db.run("DELETE FROM pairing_rejections WHERE agent_id = ?", (agent_id,))
@@ -131,8 +135,9 @@ class Agents(AgentsView):
         """The agent refused: the pairing is over (no relay session is kept for it)."""
         self._db.run("DELETE FROM pairings WHERE agent_id = ? AND accepted_at IS NULL",
                      (agent_id,))
-        self._db.run("INSERT OR REPLACE INTO pairing_rejections (agent_id, reason, at)"
-                     " VALUES (?, ?, ?)", (agent_id, reason, now_ms))
+        self._db.run("INSERT INTO pairing_rejections (agent_id, reason, at) VALUES (?, ?, ?)"
+                     " ON CONFLICT (agent_id) DO UPDATE SET reason = excluded.reason,"
+                     " at = excluded.at", (agent_id, reason, now_ms))
 
     def cancel_pairing(self, agent_id: str) -> None:
         """Give up a pairing the agent has not accepted."""

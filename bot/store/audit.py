@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 from bot.core.model import AuditRow
-from bot.store.db import Database
+from bot.store.sql import Sql
 
 
 class AuditView:
     """Reading the audit trail."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def rows(

@@ -8,16 +8,15 @@ worker clears it once the message shows the current state.
 from __future__ import annotations
 
 import secrets
-import sqlite3
 
 from bot.core.model import CardRow, Vote
-from bot.store.db import Database
+from bot.store.sql import Row, Sql
 
 
 class CardsView:
     """Reading cards, votes and prompts."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def get(self, card_id: int) -> CardRow | None:
@@ -110,8 +109,8 @@ class Cards(CardsView):
         item in a chat (a chat that already has one keeps it), each with a random
         reference for the Mini App."""
         self._db.run_many(
-            "INSERT OR IGNORE INTO cards (agent_id, item_id, chat_id, topic_id, token, ref)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO cards (agent_id, item_id, chat_id, topic_id, token, ref)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             [(*card, new_ref()) for card in cards],
         )
 
@@ -156,7 +155,8 @@ class Cards(CardsView):
 
     def add_vote(self, card_id: int, user_id: int, name: str, at: int) -> None:
         self._db.run(
-            "INSERT OR IGNORE INTO votes (card_id, user_id, name, at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO votes (card_id, user_id, name, at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (card_id, user_id, name, at),
         )
         self.mark_dirty(card_id)
@@ -167,8 +167,9 @@ class Cards(CardsView):
 
     def add_prompt(self, chat_id: int, message_id: int, card_id: int, user_id: int) -> None:
         self._db.run(
-            "INSERT OR REPLACE INTO prompts (chat_id, message_id, card_id, user_id)"
-            " VALUES (?, ?, ?, ?)",
+            "INSERT INTO prompts (chat_id, message_id, card_id, user_id) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (chat_id, message_id) DO UPDATE SET card_id = excluded.card_id,"
+            " user_id = excluded.user_id",
             (chat_id, message_id, card_id, user_id),
         )
 
@@ -178,7 +179,7 @@ def new_ref() -> str:
     return secrets.token_urlsafe(16)
 
 
-def _card(row: sqlite3.Row) -> CardRow:
+def _card(row: Row) -> CardRow:
     values = dict(row)
     values["attachment_sent"] = bool(values["attachment_sent"])
     return CardRow(**values)

@@ -6,15 +6,19 @@ from __future__ import annotations
 from typing import cast
 
 from bot.core.model import ChatKind
-from bot.store.db import Database
+from bot.store.sql import Sql
 
-_MOVED_WITH_A_CHAT = ("bindings", "cards", "prompts", "chat_admins", "notes", "granted")
+_MOVED_WITH_A_CHAT = {"bindings": "agent_id", "cards": "agent_id, item_id",
+                      "prompts": "message_id", "chat_admins": "user_id", "notes": "",
+                      "granted": ""}
+"""The tables with a chat id, each with the rest of its key with the chat (if any): a row
+moving to the new id replaces the one the new chat holds with the same key."""
 
 
 class ChatsView:
     """Reading chats and users."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def title(self, chat_id: int) -> str:
@@ -58,7 +62,7 @@ class Chats(ChatsView):
         self._db.run(
             "INSERT INTO chats (chat_id, title, kind) VALUES (?, ?, ?) ON CONFLICT (chat_id)"
             " DO UPDATE SET title = excluded.title, kind = excluded.kind"
-            " WHERE title != excluded.title OR kind != excluded.kind",
+            " WHERE chats.title != excluded.title OR chats.kind != excluded.kind",
             (chat_id, title, kind),
         )
 
@@ -72,18 +76,25 @@ class Chats(ChatsView):
     def migrate(self, old_id: int, new_id: int) -> None:
         """Move a chat's bindings, cards, prompts and settings to its new (supergroup) id."""
         with self._db.transaction():
-            for table in _MOVED_WITH_A_CHAT:
-                self._db.run(f"UPDATE OR REPLACE {table} SET chat_id = ? WHERE chat_id = ?",
+            for table, key in _MOVED_WITH_A_CHAT.items():
+                if key:
+                    self._db.run(f"DELETE FROM {table} WHERE chat_id = ? AND ({key}) IN"
+                                 f" (SELECT {key} FROM {table} WHERE chat_id = ?)",
+                                 (new_id, old_id))
+                self._db.run(f"UPDATE {table} SET chat_id = ? WHERE chat_id = ?",
                              (new_id, old_id))
             self._db.run("UPDATE decisions SET chat_id = ? WHERE chat_id = ?", (new_id, old_id))
             self._db.run("UPDATE items SET outcome_chat_id = ? WHERE outcome_chat_id = ?",
                          (new_id, old_id))
             self._db.run(
-                "INSERT OR REPLACE INTO chats (chat_id, title, kind, forbidden)"
-                " SELECT ?, title, 'supergroup', 0 FROM chats WHERE chat_id = ?",
+                "INSERT INTO chats (chat_id, title, kind, forbidden)"
+                " SELECT ?, title, 'supergroup', 0 FROM chats WHERE chat_id = ?"
+                " ON CONFLICT (chat_id) DO UPDATE SET title = excluded.title,"
+                " kind = excluded.kind, forbidden = excluded.forbidden",
                 (new_id, old_id),
             )
-            self._db.run("INSERT OR REPLACE INTO chat_aliases (old_id, new_id) VALUES (?, ?)",
+            self._db.run("INSERT INTO chat_aliases (old_id, new_id) VALUES (?, ?)"
+                         " ON CONFLICT (old_id) DO UPDATE SET new_id = excluded.new_id",
                          (old_id, new_id))
 
     def set_admins(self, chat_id: int, admins: dict[int, str], now_ms: int) -> None:
@@ -103,6 +114,7 @@ class Chats(ChatsView):
         self._db.run(
             "INSERT INTO users (user_id, name, username) VALUES (?, ?, ?) ON CONFLICT (user_id)"
             " DO UPDATE SET name = excluded.name, username = excluded.username"
-            " WHERE name != excluded.name OR username IS NOT excluded.username",
+            " WHERE users.name != excluded.name"
+            " OR coalesce(users.username, '') != coalesce(excluded.username, '')",
             (user_id, name, username),
         )

@@ -1,4 +1,5 @@
-"""The bot's SQLite file: its schema, opening it (:mod:`bot.durable`), and transactions.
+"""The bot's schema (on SQLite and, through :mod:`bot.store.postgres`, on PostgreSQL),
+and its SQLite file: opening it (:mod:`bot.durable`), and transactions.
 
 Every multi-step change runs in one transaction (:meth:`Database.transaction`), so a SIGKILL
 between any two lines leaves a state the next start can finish.
@@ -17,11 +18,18 @@ from typing import Any, Final
 
 from bot.durable import Place, Step, open_sqlite
 from bot.errors import StoreError, StoreUnavailable, store_error
+from bot.store.sql import Nesting
 from bot.storefaults import StoreHealth
 
 log = logging.getLogger(__name__)
 
 PLACE: Final = Place("the state database", "the state folder", "state.dir")
+
+_AUDIT_NO_UPDATE: Final = """CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END"""
+_AUDIT_NO_DELETE: Final = """CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END"""
+_NEW_REFS: Final = "UPDATE cards SET ref = lower(hex(randomblob(16)))"
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS peers (
@@ -182,10 +190,8 @@ _SCHEMA: Final = (
         detail TEXT NOT NULL DEFAULT '{}'
     )""",
     "CREATE INDEX IF NOT EXISTS audit_chat ON audit (chat_id, seq)",
-    """CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END""",
+    _AUDIT_NO_UPDATE,
+    _AUDIT_NO_DELETE,
     """CREATE TABLE IF NOT EXISTS grants (
         agent_id TEXT NOT NULL,
         grant_id TEXT NOT NULL,
@@ -269,7 +275,7 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
     ),
     # Each card's opaque reference for the Mini App (never its item id or button token).
     ("ALTER TABLE cards ADD COLUMN ref TEXT",
-     "UPDATE cards SET ref = lower(hex(randomblob(16)))",
+     _NEW_REFS,
      "CREATE UNIQUE INDEX IF NOT EXISTS cards_ref ON cards (ref)"),
     # Edits before approving: the edit standing on a card, and the prompts asking for one.
     (
@@ -295,8 +301,35 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
 """The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
+POSTGRES_STATEMENTS: Final[dict[str, tuple[str, ...]]] = {
+    _AUDIT_NO_UPDATE: (
+        """CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql
+        AS $$ BEGIN RAISE EXCEPTION 'the audit trail is append-only'; END $$""",
+        """CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+        FOR EACH ROW EXECUTE FUNCTION audit_append_only()""",
+        """CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only()""",
+    ),
+    _AUDIT_NO_DELETE: ("""CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+        FOR EACH ROW EXECUTE FUNCTION audit_append_only()""",),
+    _NEW_REFS: ("UPDATE cards SET ref = md5(random()::text || card_id::text)",),
+}
+"""The steps' statements that PostgreSQL says otherwise; every other one is translated by
+:func:`bot.store.sql.postgres_ddl`."""
 
-class Database:
+
+def file_version(path: Path) -> int:
+    """The schema version of the SQLite file at ``path`` (0 when there is none yet)."""
+    if not path.is_file():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as raw:
+            return int(raw.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise StoreError(PLACE.unusable(path, exc)) from exc
+
+
+class Database(Nesting):
     """One SQLite connection. Methods are synchronous and short; call them from the event
     loop, or from a thread the loop waits for (a large envelope is applied in one).
 
@@ -307,7 +340,6 @@ class Database:
         self._connection = connection
         self.path = path
         self._lock = threading.RLock()
-        self._depth = 0
         self.durable_commits = 0
         """Commits that waited for the disk so far."""
         self.before_commit: Callable[[], None] = lambda: None
@@ -338,32 +370,18 @@ class Database:
         except sqlite3.Error as exc:
             raise store_error(f"cannot checkpoint {self.path}: {exc}", exc) from exc
 
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
     def schema_version(self) -> int:
         row = self.one("PRAGMA user_version")
         return int(row[0]) if row else 0
 
     @contextmanager
-    def transaction(self, *, durable: bool = True) -> Iterator[None]:
-        """Run the block in one transaction (nested calls join the outer one).
-
-        A durable commit waits for the disk (``synchronous=FULL``). One that is not
-        (``synchronous=NORMAL``) survives a killed process but may be lost with the machine's
-        power; it suits writes that only record what Telegram or the relay already did,
-        where losing one means doing it again, and it is made durable by the next durable
-        commit.
-        """
-        with self._lock, self._transaction(durable):
-            yield
-
-    @contextmanager
-    def _transaction(self, durable: bool) -> Iterator[None]:
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
+    def _outermost(self, durable: bool) -> Iterator[None]:
+        """A durable commit waits for the disk (``synchronous=FULL``), one that is not for
+        the write-ahead log only (``synchronous=NORMAL``)."""
         try:
             if not durable:
                 self._connection.execute("PRAGMA synchronous=NORMAL")
@@ -395,23 +413,11 @@ class Database:
         if self._connection.total_changes != changes:
             self.health.wrote()
 
-    @contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """Inside a transaction: undo the block's writes if it raises (the error goes on),
-        leaving the rest of the transaction as it was."""
-        with self._lock:
-            if not self._depth:
-                raise StoreError("a savepoint needs a transaction")
-            self.run("SAVEPOINT part")
-            try:
-                yield
-            except BaseException:
-                # A full disk or an I/O error ends the whole transaction in SQLite: then
-                # there is nothing left to undo here, and the error goes on.
-                if self._connection.in_transaction:
-                    self.run("ROLLBACK TO part")
-                    self.run("RELEASE part")
-                raise
+    def _undo_savepoint(self) -> None:
+        # A full disk or an I/O error ends the whole transaction in SQLite: then there is
+        # nothing left to undo, and the error goes on.
+        if self._connection.in_transaction:
+            self.run("ROLLBACK TO part")
             self.run("RELEASE part")
 
     def _roll_back(self) -> None:

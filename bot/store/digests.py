@@ -7,16 +7,14 @@ A digest waiting to be posted, edited or removed has a non-zero change counter
 
 from __future__ import annotations
 
-import sqlite3
-
 from bot.core.digest import DigestRow
-from bot.store.db import Database
+from bot.store.sql import Row, Sql
 
 
 class DigestsView:
     """Reading digests and their versions."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def of(self, chat_id: int, agent_id: str) -> DigestRow | None:
@@ -63,10 +61,10 @@ class Digests(DigestsView):
     """Reading and writing digests."""
 
     def add(self, chat_id: int, agent_id: str, topic_id: int | None, token: str) -> int:
-        cursor = self._db.run(
-            "INSERT INTO digests (chat_id, agent_id, topic_id, token) VALUES (?, ?, ?, ?)",
-            (chat_id, agent_id, topic_id, token))
-        return int(cursor.lastrowid or 0)
+        row = self._db.one(
+            "INSERT INTO digests (chat_id, agent_id, topic_id, token) VALUES (?, ?, ?, ?)"
+            " RETURNING digest_id", (chat_id, agent_id, topic_id, token))
+        return int(row[0]) if row else 0
 
     def add_version(self, digest_id: int, items: tuple[str, ...]) -> int:
         """A new version listing ``items``; the digest is to be redrawn."""
@@ -92,6 +90,6 @@ class Digests(DigestsView):
                      (digest_id, generation))
 
 
-def _digest(row: sqlite3.Row) -> DigestRow:
+def _digest(row: Row) -> DigestRow:
     return DigestRow(row["digest_id"], row["chat_id"], row["agent_id"], row["topic_id"],
                      row["token"], row["version"], row["message_id"], row["dirty"])

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 
 from bot.core.edits import EditRow
-from bot.store.db import Database
+from bot.store.sql import Sql
 
 
 class EditsView:
     """Reading edits and edit prompts."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def of(self, card_id: int) -> EditRow | None:
@@ -56,7 +56,7 @@ class Edits(EditsView):
         self._db.run(
             "INSERT INTO edits (card_id, revision, arguments_json, user_id, user_name, at)"
             " VALUES (?, 1, ?, ?, ?, ?) ON CONFLICT (card_id) DO UPDATE SET"
-            " revision = revision + 1, arguments_json = excluded.arguments_json,"
+            " revision = edits.revision + 1, arguments_json = excluded.arguments_json,"
             " user_id = excluded.user_id, user_name = excluded.user_name, at = excluded.at",
             (card_id, text, user_id, user_name, at))
         row = self._db.one("SELECT revision FROM edits WHERE card_id = ?", (card_id,))
@@ -65,8 +65,10 @@ class Edits(EditsView):
     def add_prompt(self, chat_id: int, message_id: int, card_id: int, user_id: int,
                    key: str) -> None:
         self._db.run(
-            "INSERT OR REPLACE INTO edit_prompts (chat_id, message_id, card_id, user_id, key)"
-            " VALUES (?, ?, ?, ?, ?)", (chat_id, message_id, card_id, user_id, key))
+            "INSERT INTO edit_prompts (chat_id, message_id, card_id, user_id, key)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (chat_id, message_id) DO UPDATE SET"
+            " card_id = excluded.card_id, user_id = excluded.user_id, key = excluded.key",
+            (chat_id, message_id, card_id, user_id, key))
 
     def drop_prompt(self, chat_id: int, message_id: int) -> None:
         self._db.run("DELETE FROM edit_prompts WHERE chat_id = ? AND message_id = ?",

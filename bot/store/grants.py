@@ -8,11 +8,10 @@ do; the note worker clears it once the message shows the current state.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import cast
 
 from bot.core.grants import ActivityRow, GrantedRow, GrantRow, NoteKind, NoteRow
-from bot.store.db import Database
+from bot.store.sql import Row, Sql
 
 _NOTES_SHOWING_GRANT = (
     "SELECT l.note_id FROM note_lines l JOIN notes n ON n.note_id = l.note_id"
@@ -26,7 +25,7 @@ _NOTES_SHOWING_GRANT = (
 class GrantsView:
     """Reading grants, activity and notes."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def of_agent(self, agent_id: str) -> dict[str, GrantRow]:
@@ -108,8 +107,9 @@ class Grants(GrantsView):
 
     def add(self, agent_id: str, row: GrantRow) -> None:
         self._db.run(
-            "INSERT OR IGNORE INTO grants (agent_id, grant_id, key, label, granted_by,"
-            " granted_at, expires_at, uses, token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO grants (agent_id, grant_id, key, label, granted_by, granted_at,"
+            " expires_at, uses, token) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (agent_id, row.grant_id, row.key, row.label, row.granted_by, row.granted_at,
              row.expires_at, row.uses, row.token),
         )
@@ -145,8 +145,10 @@ class Grants(GrantsView):
 
     def add_granted(self, row: GrantedRow) -> None:
         self._db.run(
-            "INSERT OR REPLACE INTO granted (agent_id, item_id, chat_id, label, minutes, until,"
-            " user_name) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO granted (agent_id, item_id, chat_id, label, minutes, until, user_name)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent_id, item_id) DO UPDATE SET"
+            " chat_id = excluded.chat_id, label = excluded.label, minutes = excluded.minutes,"
+            " until = excluded.until, user_name = excluded.user_name",
             (row.agent_id, row.item_id, row.chat_id, row.label, row.minutes, row.until,
              row.user_name),
         )
@@ -154,19 +156,20 @@ class Grants(GrantsView):
     def add_activity(self, row: ActivityRow) -> bool:
         """Hold a call reported under a grant; False when its id was seen before."""
         cursor = self._db.run(
-            "INSERT OR IGNORE INTO activity (agent_id, entry_id, tool, summary, grant_id, at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO activity (agent_id, entry_id, tool, summary, grant_id, at)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (row.agent_id, row.entry_id, row.tool, row.summary, row.grant_id, row.at),
         )
         return cursor.rowcount == 1
 
     def add_note(self, kind: NoteKind, chat_id: int, topic_id: int | None, now_ms: int) -> int:
         """A new note, waiting to be posted."""
-        cursor = self._db.run(
-            "INSERT INTO notes (kind, chat_id, topic_id, opened_at) VALUES (?, ?, ?, ?)",
+        row = self._db.one(
+            "INSERT INTO notes (kind, chat_id, topic_id, opened_at) VALUES (?, ?, ?, ?)"
+            " RETURNING note_id",
             (kind, chat_id, topic_id, now_ms),
         )
-        return int(cursor.lastrowid or 0)
+        return int(row[0]) if row else 0
 
     def add_note_line(self, note_id: int, agent_id: str, ref: str) -> None:
         """Append a line: an activity entry id, or a grant id."""
@@ -191,7 +194,7 @@ class Grants(GrantsView):
         self._db.run("UPDATE notes SET dirty = 0 WHERE note_id = ?", (note_id,))
 
 
-def _note(row: sqlite3.Row) -> NoteRow:
+def _note(row: Row) -> NoteRow:
     values = dict(row)
     values["kind"] = cast(NoteKind, values["kind"])
     return NoteRow(**values)

@@ -6,13 +6,13 @@ import json
 from collections.abc import Collection
 
 from bot.core.model import CardRow, DecisionRow, ItemRow, NewItem, ReportedOutcome
-from bot.store.db import Database
+from bot.store.sql import Sql
 
 
 class ItemsView:
     """Reading items and decisions."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def get(self, agent_id: str, item_id: str) -> ItemRow | None:
@@ -135,8 +135,8 @@ class Items(ItemsView):
     def add_many(self, agent_id: str, items: list[NewItem], *, now_ms: int) -> None:
         """Insert new open items (one the bot already holds, in any state, is left as it is)."""
         self._db.run_many(
-            "INSERT OR IGNORE INTO items (agent_id, item_id, kind, body_json, expires_at,"
-            " remind_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO items (agent_id, item_id, kind, body_json, expires_at,"
+            " remind_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             [(agent_id, item.item_id, item.kind, item.body_json, item.expires_at,
               item.remind_at, now_ms) for item in items],
         )
@@ -178,8 +178,8 @@ class Items(ItemsView):
         """Keep the outcome the agent reported for an item decided here; False when one
         is kept already (the agent lists an item as resolved in many updates)."""
         cursor = self._db.run(
-            "INSERT OR IGNORE INTO reported (agent_id, item_id, outcome, outcome_by,"
-            " outcome_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO reported (agent_id, item_id, outcome, outcome_by,"
+            " outcome_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (report.agent_id, report.item_id, report.outcome, report.outcome_by,
              report.outcome_at),
         )

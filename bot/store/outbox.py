@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 
-from bot.store.db import Database
+from bot.store.sql import Sql
 
 
 class OutboxView:
     """Reading the outbox and the replay set."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def pending(self, relay_url: str) -> list[dict[str, object]]:
@@ -46,8 +46,8 @@ class Outbox(OutboxView):
 
     def add(self, relay_url: str, envelope: dict[str, object], now_ms: int) -> None:
         self._db.run(
-            "INSERT OR IGNORE INTO outbox (envelope_id, relay_url, envelope_json, created_at)"
-            " VALUES (?, ?, ?, ?)",
+            "INSERT INTO outbox (envelope_id, relay_url, envelope_json, created_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (envelope["id"], relay_url, json.dumps(envelope), now_ms),
         )
 
@@ -62,7 +62,8 @@ class Outbox(OutboxView):
     def remember(self, envelope_id: str, ts_ms: int, now_ms: int) -> None:
         """Add an applied envelope to the replay set."""
         self._db.run(
-            "INSERT OR IGNORE INTO replay (envelope_id, ts, seen_at) VALUES (?, ?, ?)",
+            "INSERT INTO replay (envelope_id, ts, seen_at) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             (envelope_id, ts_ms, now_ms),
         )
 

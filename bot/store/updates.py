@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from bot.store.db import Database
+from bot.store.sql import Sql
 
 KEEP_HANDLED: Final = 1000
 """Handled updates whose ids :meth:`Updates.prune` keeps."""
@@ -14,12 +14,13 @@ KEEP_HANDLED: Final = 1000
 class Updates:
     """The ``updates`` table."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Sql) -> None:
         self._db = db
 
     def add(self, update_id: int, body: str) -> None:
         """Hold an update fetched from Telegram (a copy delivered again is ignored)."""
-        self._db.run("INSERT OR IGNORE INTO updates (update_id, body) VALUES (?, ?)",
+        self._db.run("INSERT INTO updates (update_id, body) VALUES (?, ?)"
+                     " ON CONFLICT DO NOTHING",
                      (update_id, body))
 
     def pending(self, limit: int = 100) -> list[tuple[int, str]]:

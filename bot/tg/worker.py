@@ -126,7 +126,13 @@ class CardWorker:
                 self._chats[chat_id] = task
                 task.add_done_callback(functools.partial(self._drained, chat_id))
 
-    def _drained(self, chat_id: int, _task: asyncio.Task[None]) -> None:
+    def _drained(self, chat_id: int, task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, StoreUnavailable):
+            # Its cards stay dirty: the chat is drained again once the store works.
+            log.warning("chat %d paused, the store cannot work for now (%s)", chat_id, error)
+        elif error is not None:
+            log.error("the cards of chat %d failed", chat_id, exc_info=error)
         self._chats.pop(chat_id, None)
         self._nudges.pop(chat_id, None)
         self._wake.set()
