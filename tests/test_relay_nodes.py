@@ -1,0 +1,190 @@
+"""Several relay nodes on one PostgreSQL queue: envelopes cross nodes at once (NOTIFY) or
+at the next rescan when no notification came, a device has one session across nodes,
+the §4 receipt crosses nodes, and a node killed in the middle of a burst loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psycopg
+from test_relay_server import closed_code, envelope, recv, send, session
+from websockets.asyncio.client import ClientConnection
+
+from bot.protocol.identity import Identity
+from bot.relay.frames import encode_envelope
+from bot.relay.server import RelayServer
+
+PROMPT_S = 1.5
+"""Well below the rescan interval of the nodes that must be woken by a notification."""
+
+
+@asynccontextmanager
+async def nodes(
+    tmp_path: Path, url: str, *, rescan_s: float = 60.0
+) -> AsyncIterator[tuple[RelayServer, RelayServer]]:
+    """Two relay nodes on the queue at ``url``."""
+    async with (
+        RelayServer(tmp_path / "a", store=url, rescan_s=rescan_s) as a,
+        RelayServer(tmp_path / "b", store=url, rescan_s=rescan_s) as b,
+    ):
+        yield a, b
+
+
+async def listening(*servers: RelayServer) -> None:
+    """Wait until each node listens to the others (as it does a moment after starting)."""
+    for server in servers:
+        assert server._link is not None
+        async with asyncio.timeout(5):
+            await server._link.listening.wait()
+
+
+async def test_an_envelope_sent_through_one_node_reaches_a_device_on_another_at_once(
+    tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
+) -> None:
+    async with nodes(tmp_path, postgres_url) as (node_a, node_b):
+        await listening(node_a, node_b)
+        a = await session(node_a.url, alice)
+        b = await session(node_b.url, bob)
+        env = envelope(alice, bob)
+        started = time.monotonic()
+        await send(a, {"type": "send", "envelope": env})
+        assert await recv(a) == {"type": "sent", "id": env["id"]}
+        async with asyncio.timeout(PROMPT_S):
+            assert json.loads(await b.recv()) == {"type": "deliver", "envelope": env}
+        assert time.monotonic() - started < PROMPT_S
+        # The receipt crosses nodes too: the ack reaches node B, the sender is on node A.
+        await send(b, {"type": "ack", "id": env["id"]})
+        async with asyncio.timeout(PROMPT_S):
+            assert json.loads(await a.recv()) == {"type": "delivered", "id": env["id"]}
+        await a.close()
+        await b.close()
+    with psycopg.connect(postgres_url) as db:
+        assert db.execute("SELECT count(*) FROM relay_mailbox").fetchone() == (0,)
+
+
+async def test_without_a_notification_the_rescan_delivers(
+    tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
+) -> None:
+    async with nodes(tmp_path, postgres_url, rescan_s=0.3) as (node_a, _):
+        b = await session(node_a.url, bob)
+        await asyncio.sleep(0.1)  # its session is recorded
+        # Stored by a node whose NOTIFY never arrived: a row and nothing else.
+        env = envelope(alice, bob)
+        with psycopg.connect(postgres_url) as db:
+            db.execute(
+                "INSERT INTO relay_mailbox (recipient, sender, address, envelope_id, size,"
+                " queued_ms, body) VALUES (%s, %s, '', %s, 1, 0, %s)",
+                (bob.id, alice.id, env["id"], encode_envelope(env)),
+            )
+        async with asyncio.timeout(3):
+            assert json.loads(await b.recv()) == {"type": "deliver", "envelope": env}
+        await b.close()
+
+
+async def test_a_device_connecting_to_another_node_ends_its_session_on_the_first(
+    tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
+) -> None:
+    async with nodes(tmp_path, postgres_url) as (node_a, node_b):
+        await listening(node_a, node_b)
+        a = await session(node_a.url, alice)
+        first = await session(node_a.url, bob)
+        await asyncio.sleep(0.3)  # its own notice came back to node A
+        second = await session(node_b.url, bob)
+        assert await closed_code(first) == 4409
+        env = envelope(alice, bob)
+        await send(a, {"type": "send", "envelope": env})
+        assert (await recv(a))["type"] == "sent"
+        assert (await recv(second))["envelope"] == env
+        # The newer session stays when the older one's notice comes late.
+        await asyncio.sleep(0.3)
+        assert second.close_code is None
+        await a.close()
+        await second.close()
+
+
+async def start_node(url: str, data: Path) -> tuple[asyncio.subprocess.Process, str]:
+    """A relay node in a process of its own, and its URL."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "relay", "--port", "0", "--data", str(data),
+        "--store", url,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    async with asyncio.timeout(30):
+        while True:
+            line = (await process.stderr.readline()).decode()
+            assert line, "the relay node exited"
+            if match := re.search(r"relay listening on (ws://\S+)", line):
+                break
+    return process, match.group(1)
+
+
+async def drain(process: asyncio.subprocess.Process) -> None:
+    assert process.stderr is not None
+    while await process.stderr.readline():
+        pass
+
+
+async def receive_all(ws: ClientConnection, ids: set[str], counts: Counter[str]) -> None:
+    """Acknowledge every delivery, counting them by id, until every id in ``ids`` came."""
+    while not ids <= set(counts):
+        frame = json.loads(await ws.recv())
+        if frame["type"] == "deliver":
+            envelope_id = frame["envelope"]["id"]
+            counts[envelope_id] += 1
+            await send(ws, {"type": "ack", "id": envelope_id})
+
+
+async def test_a_node_killed_with_envelopes_in_flight_loses_nothing(
+    tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
+) -> None:
+    node_a, url_a = await start_node(postgres_url, tmp_path / "a")
+    node_b, url_b = await start_node(postgres_url, tmp_path / "b")
+    drains = [asyncio.create_task(drain(node)) for node in (node_a, node_b)]
+    try:
+        envs = [envelope(alice, bob, n) for n in range(400)]
+        ids = {str(env["id"]) for env in envs}
+        counts: Counter[str] = Counter()
+        b = await session(url_b, bob)
+        receiving = asyncio.create_task(receive_all(b, ids, counts))
+        a = await session(url_a, alice)
+        for env in envs:
+            await send(a, {"type": "send", "envelope": env})
+        confirmed: set[str] = set()
+        while len(confirmed) < 100:
+            frame = await recv(a)
+            if frame["type"] == "sent":
+                confirmed.add(str(frame["id"]))
+        node_a.send_signal(signal.SIGKILL)
+        await node_a.wait()
+        # What was never confirmed is sent again, through the node still up.
+        resent = [env for env in envs if env["id"] not in confirmed]
+        assert resent, "the node was killed after the burst"
+        again = await session(url_b, alice)
+        for env in resent:
+            await send(again, {"type": "send", "envelope": env})
+        async with asyncio.timeout(30):
+            await receiving
+        twice = {envelope_id for envelope_id, n in counts.items() if n > 1}
+        assert twice <= {str(env["id"]) for env in resent}
+        await asyncio.sleep(0.3)  # the last acks are committed
+        with psycopg.connect(postgres_url) as db:
+            assert db.execute("SELECT count(*) FROM relay_mailbox").fetchone() == (0,)
+        await again.close()
+        await b.close()
+    finally:
+        for node in (node_a, node_b):
+            if node.returncode is None:
+                node.send_signal(signal.SIGKILL)
+                await node.wait()
+        for task in drains:
+            task.cancel()
