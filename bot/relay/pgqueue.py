@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -46,8 +47,12 @@ from bot.relay.queue import (
     last_within,
     message_bytes,
 )
+from bot.storefaults import one_line
 
 log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
+_Connection = psycopg.Connection[tuple[object, ...]]
 
 SCHEMA_VERSION: Final = 1
 CONNECT_TIMEOUT_S: Final = 5
@@ -116,9 +121,11 @@ def masked(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def pg_error(message: str, cause: psycopg.Error) -> StoreError:
-    """Ours for a psycopg error: :class:`StoreUnavailable` when the server is away or the
-    connection broke (worth trying again), a plain :class:`StoreError` otherwise."""
+def pg_error(what: str, cause: psycopg.Error) -> StoreError:
+    """Ours for a psycopg error (``what: the first line of its message``):
+    :class:`StoreUnavailable` when the server is away or the connection broke (worth
+    trying again), a plain :class:`StoreError` otherwise."""
+    message = f"{what}: {one_line(str(cause)) or type(cause).__name__}"
     if isinstance(cause, psycopg.OperationalError):
         return StoreUnavailable(message)
     return StoreError(message)
@@ -135,7 +142,7 @@ class PostgresQueue:
         self._url = url
         self._readers = readers
         self._limits = limits
-        self._db: psycopg.Connection[tuple[object, ...]] | None = None
+        self._db: _Connection | None = None
         self._usage = Usage()
         self._stale = True
         self.writer_pids: set[int] = set()
@@ -155,7 +162,9 @@ class PostgresQueue:
             )
             readers.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
-            raise RelayError(f"cannot reach the relay queue at {masked(url)}: {exc}") from exc
+            raise RelayError(
+                f"cannot reach the relay queue at {masked(url)}: {one_line(str(exc))}"
+            ) from exc
         queue = cls(url, readers, limits=limits or QueueLimits())
         try:
             queue._make_schema()
@@ -169,7 +178,7 @@ class PostgresQueue:
     def url(self) -> str:
         return self._url
 
-    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+    def _connection(self) -> _Connection:
         if self._db is None or self._db.closed or self._db.broken:
             if self._db is not None:
                 self._db.close()
@@ -191,8 +200,7 @@ class PostgresQueue:
                 if version is None:
                     db.execute("INSERT INTO relay_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
         except psycopg.Error as exc:
-            raise pg_error(f"cannot open the relay queue at {masked(self._url)}: {exc}",
-                           exc) from exc
+            raise pg_error(f"cannot open the relay queue at {masked(self._url)}", exc) from exc
         if isinstance(version, int) and version > SCHEMA_VERSION:
             raise RelayError(
                 f"the relay queue at {masked(self._url)} has schema {version}, newer than"
@@ -205,7 +213,7 @@ class PostgresQueue:
                 self._db.close()
             self._readers.close()
         except psycopg.Error as exc:
-            raise pg_error(f"cannot close the relay queue: {exc}", exc) from exc
+            raise pg_error("cannot close the relay queue", exc) from exc
 
     def apply(self, batch: Batch, now_ms: int) -> Applied:
         """Write a batch in one transaction: record who connected, delete acknowledged
@@ -222,7 +230,7 @@ class PostgresQueue:
                 queued = self._put_all(db, batch.puts, now_ms)
         except psycopg.Error as exc:
             self._stale = True  # what the failed transaction counted is recounted
-            raise pg_error(f"cannot write to the relay queue: {exc}", exc) from exc
+            raise pg_error("cannot write to the relay queue", exc) from exc
         except BaseException:
             self._stale = True
             raise
@@ -231,7 +239,7 @@ class PostgresQueue:
         )
 
     def _connect_all(
-        self, db: psycopg.Connection[tuple[object, ...]], connected: list[str], now_ms: int
+        self, db: _Connection, connected: list[str], now_ms: int
     ) -> None:
         if not connected:
             return
@@ -244,7 +252,7 @@ class PostgresQueue:
         db.execute(_NOTIFY, (SESSION, connected))
 
     def _delete_all(
-        self, db: psycopg.Connection[tuple[object, ...]], acks: list[Acknowledged]
+        self, db: _Connection, acks: list[Acknowledged]
     ) -> list[tuple[str, str]]:
         """Delete acknowledged envelopes; the sender and id of each one deleted."""
         if not acks:
@@ -273,7 +281,7 @@ class PostgresQueue:
         return senders
 
     def _put_all(
-        self, db: psycopg.Connection[tuple[object, ...]], items: list[Incoming], now_ms: int
+        self, db: _Connection, items: list[Incoming], now_ms: int
     ) -> list[tuple[PutResult, int]]:
         """Queue envelopes in order, those within the limits with one statement; each
         with its result and position (0 when not queued)."""
@@ -314,7 +322,7 @@ class PostgresQueue:
         return results
 
     def _put_one(
-        self, db: psycopg.Connection[tuple[object, ...]], item: Incoming, now_ms: int
+        self, db: _Connection, item: Incoming, now_ms: int
     ) -> tuple[PutResult, int]:
         """Queue one envelope: the result, and its position when it was queued (else 0)."""
         size = message_bytes(item.body)
@@ -330,7 +338,7 @@ class PostgresQueue:
 
     def _insert(
         self,
-        db: psycopg.Connection[tuple[object, ...]],
+        db: _Connection,
         items: list[Incoming],
         sizes: list[int],
         now_ms: int,
@@ -351,7 +359,7 @@ class PostgresQueue:
         ).fetchall()
         return [(int(str(seq)), str(r), str(s), str(e)) for seq, r, s, e in rows]
 
-    def _contains(self, db: psycopg.Connection[tuple[object, ...]], item: Incoming) -> bool:
+    def _contains(self, db: _Connection, item: Incoming) -> bool:
         row = db.execute(
             "SELECT 1 FROM relay_mailbox WHERE recipient = %s AND envelope_id = %s"
             " AND sender = %s",
@@ -369,24 +377,40 @@ class PostgresQueue:
     ) -> list[Queued]:
         """The next envelopes for ``recipient`` queued after ``after_seq``, oldest first:
         at most ``limit`` of them and ``max_bytes`` of bodies (but always at least one)."""
-        try:
-            with self._readers.connection() as db:
-                sizes = db.execute(
-                    "SELECT seq, size FROM relay_mailbox WHERE recipient = %s AND seq > %s"
-                    " ORDER BY seq LIMIT %s",
-                    (recipient, after_seq, limit),
-                ).fetchall()
-                last = last_within([(int(s), int(z)) for s, z in sizes], max_bytes)
-                if last is None:
-                    return []
-                rows = db.execute(
-                    "SELECT seq, envelope_id, size, body FROM relay_mailbox"
-                    " WHERE recipient = %s AND seq > %s AND seq <= %s ORDER BY seq",
-                    (recipient, after_seq, last),
-                ).fetchall()
-        except psycopg.Error as exc:
-            raise pg_error(f"cannot read the relay queue: {exc}", exc) from exc
-        return [Queued(int(seq), str(eid), int(size), str(body)) for seq, eid, size, body in rows]
+
+        def read(db: _Connection) -> list[tuple[object, ...]]:
+            sizes = db.execute(
+                "SELECT seq, size FROM relay_mailbox WHERE recipient = %s AND seq > %s"
+                " ORDER BY seq LIMIT %s",
+                (recipient, after_seq, limit),
+            ).fetchall()
+            last = last_within([(int(str(s)), int(str(z))) for s, z in sizes], max_bytes)
+            if last is None:
+                return []
+            return db.execute(
+                "SELECT seq, envelope_id, size, body FROM relay_mailbox"
+                " WHERE recipient = %s AND seq > %s AND seq <= %s ORDER BY seq",
+                (recipient, after_seq, last),
+            ).fetchall()
+
+        return [
+            Queued(int(str(seq)), str(eid), int(str(size)), str(body))
+            for seq, eid, size, body in self._read(read)
+        ]
+
+    def _read(self, work: Callable[[_Connection], _R]) -> _R:
+        """``work`` on a reader connection, once more on another if the first was broken
+        (one that died while it waited in the pool)."""
+        for attempt in (1, 2):
+            try:
+                with self._readers.connection() as db:
+                    return work(db)
+            except psycopg.OperationalError as exc:
+                if attempt == 2 or not db.broken:
+                    raise pg_error("cannot read the relay queue", exc) from exc
+            except psycopg.Error as exc:
+                raise pg_error("cannot read the relay queue", exc) from exc
+        raise AssertionError("unreachable")
 
     async def load(
         self, recipient: str, *, after_seq: int, limit: int, max_bytes: int
@@ -399,15 +423,11 @@ class PostgresQueue:
 
     def newest(self, recipients: list[str]) -> dict[str, int]:
         """The newest sequence waiting for each of ``recipients`` that has any."""
-        try:
-            with self._readers.connection() as db:
-                rows = db.execute(
-                    "SELECT recipient, max(seq) FROM relay_mailbox"
-                    " WHERE recipient = ANY(%s::text[]) GROUP BY recipient",
-                    (recipients,),
-                ).fetchall()
-        except psycopg.Error as exc:
-            raise pg_error(f"cannot read the relay queue: {exc}", exc) from exc
+        rows = self._read(lambda db: db.execute(
+            "SELECT recipient, max(seq) FROM relay_mailbox"
+            " WHERE recipient = ANY(%s::text[]) GROUP BY recipient",
+            (recipients,),
+        ).fetchall())
         return {str(recipient): int(str(seq)) for recipient, seq in rows}
 
     def purge(self, older_than_ms: int, *, unseen_older_than_ms: int | None = None) -> int:
@@ -426,7 +446,7 @@ class PostgresQueue:
                         (unseen_older_than_ms,),
                     ).rowcount
         except psycopg.Error as exc:
-            raise pg_error(f"cannot purge the relay queue: {exc}", exc) from exc
+            raise pg_error("cannot purge the relay queue", exc) from exc
         if removed:
             self.recount()
         return max(removed, 0)
@@ -444,7 +464,7 @@ class PostgresQueue:
                     " GROUP BY recipient, sender, address"
                 ).fetchall()
         except psycopg.Error as exc:
-            raise pg_error(f"cannot read the relay queue: {exc}", exc) from exc
+            raise pg_error("cannot read the relay queue", exc) from exc
         usage = Usage(
             connected={str(recipient) for (recipient,) in connected},
             contacts={(str(recipient), str(sender)) for recipient, sender in contacts},

@@ -30,7 +30,7 @@ from bot.relay.frames import RelayCloseCode, delivered_frame
 from bot.relay.limits import DEFAULT_RESCAN_S
 from bot.relay.pgqueue import CONNECT_TIMEOUT_S, DELIVERED, SESSION, WAKE, PostgresQueue, masked
 from bot.relay.session import Session
-from bot.storefaults import StoreHealth
+from bot.storefaults import StoreHealth, one_line
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,7 @@ class NodeLink:
                 if not failures:
                     log.warning(
                         "cannot listen to the other relay nodes at %s (%s): retrying",
-                        masked(self._queue.url), str(exc).strip().splitlines()[0] if str(exc)
-                        else type(exc).__name__,
+                        masked(self._queue.url), one_line(str(exc)),
                     )
                 failures += 1
                 await asyncio.sleep(wait)
