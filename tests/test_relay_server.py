@@ -616,18 +616,22 @@ def test_relay_help_shows_every_default() -> None:
     assert shown.returncode == 0
     text = " ".join(shown.stdout.split())
     options = re.findall(r"^\s+(--[a-z-]+)", shown.stdout, re.MULTILINE)
-    assert len(options) == 20
+    assert len(options) == 21
     assert text.count("(default: ") == len(options)
     for default in ("(default: 4096)", "(default: 32)", "(default: 128)", "(default: 10000)"):
         assert default in text
 
 
-@pytest.mark.parametrize("args", [["--port", "99999"], ["--port", "-1"], ["--queue-cap", "-5"]])
+@pytest.mark.parametrize("args", [
+    ["--port", "99999"], ["--port", "-1"], ["--queue-cap", "-5"], ["--store", "mysql://h/db"],
+    ["--store", "postgresql://skald:hunter2@127.0.0.1:1/nowhere"],
+])
 def test_bad_relay_arguments_are_one_line(tmp_path: Path, args: list[str]) -> None:
     result = run_cli("relay", "--data", str(tmp_path), *args)
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr
 
 
 def cpu_seconds(pid: int) -> float:

@@ -127,7 +127,7 @@ def register(sub: Any) -> None:
         "--store",
         metavar="URL",
         help="keep the queue in this PostgreSQL database (postgresql://…), shared by every"
-        " relay node given the same URL, instead of SQLite under --data",
+        " relay node given the same URL (default: none: SQLite in the data folder)",
     )
     for flag, what, default, unit in _LIMITS:
         shown = (

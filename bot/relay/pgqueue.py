@@ -151,7 +151,11 @@ class PostgresQueue:
     @classmethod
     def open(cls, url: str, *, limits: QueueLimits | None = None) -> PostgresQueue:
         """Connect, make the tables if the database has none, and count what waits."""
+        # The pool retries on its own and says so in several lines each time; the relay's
+        # health record reports a failing queue once a minute instead.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
         try:
+            psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
             readers = ConnectionPool(
                 url,
                 min_size=1,
