@@ -22,7 +22,11 @@ from websockets.asyncio.client import ClientConnection
 
 from bot.protocol.identity import Identity
 from bot.relay.frames import encode_envelope
+from bot.relay.limits import QueueLimits
+from bot.relay.pgqueue import RECOUNT_BEFORE_REFUSING_S, PostgresQueue
+from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult
 from bot.relay.server import RelayServer
+from bot.testing.clock import ShiftedClock
 
 PROMPT_S = 1.5
 """Well below the rescan interval of the nodes that must be woken by a notification."""
@@ -220,3 +224,33 @@ async def test_a_database_away_is_a_fault_to_wait_out(
             assert json.loads(await b.recv()) == {"type": "deliver", "envelope": away}
         await a.close()
         await b.close()
+
+
+def test_limits_count_what_other_nodes_delivered_and_saw(postgres_url: str) -> None:
+    clock = ShiftedClock()
+    limits = QueueLimits(recipient_count=2, unseen_count=1)
+    node_a = PostgresQueue.open(postgres_url, limits=limits, clock=clock)
+    node_b = PostgresQueue.open(postgres_url, limits=limits, clock=clock)
+    bob, carol = "b" * 32, "c" * 32
+
+    def put(n: int) -> PutResult:
+        batch = Batch(puts=[Incoming(bob, carol, f"{n:032x}", "x")])
+        return node_a.apply(batch, now_ms=1).results[0]
+
+    try:
+        assert put(1) is PutResult.QUEUED
+        clock.advance(RECOUNT_BEFORE_REFUSING_S)
+        assert put(2) is PutResult.UNSEEN_FULL  # bob has never connected
+        node_b.apply(Batch(connected=[bob]), now_ms=1)  # ... then connects to node B
+        assert put(2) is PutResult.UNSEEN_FULL  # counted a moment ago: the refusal stands
+        clock.advance(RECOUNT_BEFORE_REFUSING_S)
+        assert put(2) is PutResult.QUEUED
+        clock.advance(RECOUNT_BEFORE_REFUSING_S)
+        assert put(3) is PutResult.FULL
+        acks = [Acknowledged(bob, f"{n:032x}") for n in (1, 2)]
+        assert node_b.apply(Batch(acks=acks), now_ms=1).removed == 2
+        clock.advance(RECOUNT_BEFORE_REFUSING_S)
+        assert put(3) is PutResult.QUEUED
+    finally:
+        node_a.close()
+        node_b.close()

@@ -17,9 +17,10 @@ they are inserted, so that their sequence numbers are committed in order: a sess
 has sent everything up to a sequence never misses an older row committed later.
 
 Limits are counted in memory as the SQLite queue counts them: from the database at open,
-after a failed batch and at each recount (:meth:`PostgresQueue.recount`, which the relay
-runs periodically), plus what this node queued since. Between two recounts, a quota can be
-overshot by what the other nodes queued meanwhile.
+after a failed batch, at each recount (:meth:`PostgresQueue.recount`, which the relay
+runs periodically) and before a limit refuses an envelope (other nodes may have delivered
+what this one counts), plus what this node queued since. Between two recounts, a quota can
+be overshot by what the other nodes queued meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from bot.clock import SYSTEM_CLOCK, Clock
 from bot.errors import RelayError, StoreError, StoreUnavailable
 from bot.relay.limits import QueueLimits
 from bot.relay.queue import (
@@ -56,6 +58,8 @@ _Connection = psycopg.Connection[tuple[object, ...]]
 
 SCHEMA_VERSION: Final = 1
 CONNECT_TIMEOUT_S: Final = 5
+RECOUNT_BEFORE_REFUSING_S: Final = 1.0
+"""A refusal by a limit recounts from the database first, at most this often."""
 READERS: Final = 4
 """Connections the sessions read their queues through, at most."""
 WAKE: Final = "skald_relay_wake"
@@ -138,18 +142,24 @@ class PostgresQueue:
     thread); sessions read through a small pool. A connection that broke is opened again
     at the next write; a failure in between is a :class:`StoreUnavailable`."""
 
-    def __init__(self, url: str, readers: ConnectionPool, *, limits: QueueLimits) -> None:
+    def __init__(
+        self, url: str, readers: ConnectionPool, *, limits: QueueLimits, clock: Clock
+    ) -> None:
         self._url = url
+        self._clock = clock
         self._readers = readers
         self._limits = limits
         self._db: _Connection | None = None
         self._usage = Usage()
         self._stale = True
+        self._counted_at = 0.0
         self.writer_pids: set[int] = set()
         """The server processes this node has written through: its own notifications."""
 
     @classmethod
-    def open(cls, url: str, *, limits: QueueLimits | None = None) -> PostgresQueue:
+    def open(
+        cls, url: str, *, limits: QueueLimits | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> PostgresQueue:
         """Connect, make the tables if the database has none, and count what waits."""
         # The pool retries on its own and says so in several lines each time; the relay's
         # health record reports a failing queue once a minute instead.
@@ -169,7 +179,7 @@ class PostgresQueue:
             raise RelayError(
                 f"cannot reach the relay queue at {masked(url)}: {one_line(str(exc))}"
             ) from exc
-        queue = cls(url, readers, limits=limits or QueueLimits())
+        queue = cls(url, readers, limits=limits or QueueLimits(), clock=clock)
         try:
             queue._make_schema()
             queue.recount()
@@ -299,7 +309,7 @@ class PostgresQueue:
                 results.append((PutResult.DUPLICATE, 0))  # already in this batch
                 continue
             size = message_bytes(item.body)
-            refusal = self._usage.refusal(item, size, self._limits)
+            refusal = self._refusal(db, item, size, list(zip(accepted, sizes, strict=True)))
             if refusal is not None:
                 waiting = self._contains(db, item)
                 results.append((PutResult.DUPLICATE if waiting else refusal, 0))
@@ -330,7 +340,7 @@ class PostgresQueue:
     ) -> tuple[PutResult, int]:
         """Queue one envelope: the result, and its position when it was queued (else 0)."""
         size = message_bytes(item.body)
-        refusal = self._usage.refusal(item, size, self._limits)
+        refusal = self._refusal(db, item, size, [])
         if refusal is not None:
             return PutResult.DUPLICATE if self._contains(db, item) else refusal, 0
         inserted = self._insert(db, [item], [size], now_ms)
@@ -461,19 +471,50 @@ class PostgresQueue:
             db = self._connection()
             with db.transaction():
                 db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                connected = db.execute("SELECT id FROM relay_recipients").fetchall()
-                contacts = db.execute("SELECT recipient, sender FROM relay_contacts").fetchall()
-                rows = db.execute(
-                    "SELECT recipient, sender, address, count(*), sum(size) FROM relay_mailbox"
-                    " GROUP BY recipient, sender, address"
-                ).fetchall()
+                self._usage = _count(db)
         except psycopg.Error as exc:
             raise pg_error("cannot read the relay queue", exc) from exc
-        usage = Usage(
-            connected={str(recipient) for (recipient,) in connected},
-            contacts={(str(recipient), str(sender)) for recipient, sender in contacts},
-        )
-        for recipient, sender, address, count, size in rows:
-            usage.add(str(recipient), str(sender), str(address), int(str(size)), int(str(count)))
-        self._usage = usage
         self._stale = False
+        self._counted_at = self._clock.time()
+
+    def saw(self, device: str) -> None:
+        """``device`` connected to another node: the limits of a device never seen are no
+        longer its limits."""
+        self._usage.connected.add(device)
+
+    def _refusal(
+        self,
+        db: _Connection,
+        item: Incoming,
+        size: int,
+        accepted: list[tuple[Incoming, int]],
+    ) -> PutResult | None:
+        """Which limit queuing ``item`` would break. Before refusing, the counts are taken
+        afresh (at most every :data:`RECOUNT_BEFORE_REFUSING_S`): other nodes may have
+        delivered what this one counts, or seen the recipient connect. ``accepted`` is
+        what this batch queues before ``item``."""
+        refusal = self._usage.refusal(item, size, self._limits)
+        if refusal is None or self._clock.time() - self._counted_at < RECOUNT_BEFORE_REFUSING_S:
+            return refusal
+        self._usage = _count(db)
+        self._counted_at = self._clock.time()
+        for earlier, earlier_size in accepted:
+            self._usage.add(earlier.recipient, earlier.sender, earlier.address, earlier_size)
+        return self._usage.refusal(item, size, self._limits)
+
+
+def _count(db: _Connection) -> Usage:
+    """What waits, and who is known, as the database holds it now."""
+    connected = db.execute("SELECT id FROM relay_recipients").fetchall()
+    contacts = db.execute("SELECT recipient, sender FROM relay_contacts").fetchall()
+    rows = db.execute(
+        "SELECT recipient, sender, address, count(*), sum(size) FROM relay_mailbox"
+        " GROUP BY recipient, sender, address"
+    ).fetchall()
+    usage = Usage(
+        connected={str(recipient) for (recipient,) in connected},
+        contacts={(str(recipient), str(sender)) for recipient, sender in contacts},
+    )
+    for recipient, sender, address, count, size in rows:
+        usage.add(str(recipient), str(sender), str(address), int(str(size)), int(str(count)))
+    return usage

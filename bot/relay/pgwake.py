@@ -34,7 +34,7 @@ from bot.storefaults import StoreHealth, one_line
 
 log = logging.getLogger(__name__)
 
-RECOUNT_S: Final = 30.0
+RECOUNT_S: Final = 10.0
 RETRY_S: Final = (0.5, 1.0, 2.0, 5.0)
 """Waits before listening again after the connection failed, the last one repeated."""
 
@@ -120,6 +120,8 @@ class NodeLink:
                     session.answers.put_nowait(delivered_frame(envelope_id))
 
     def _on_session(self, device: str, *, own: bool) -> None:
+        if not own:
+            self._queue.saw(device)
         session = self._sessions.get(device)
         if session is None:
             self._announced.pop(device, None)

@@ -193,7 +193,9 @@ class Session:
             while True:
                 await self.wakeup.wait()
                 self.wakeup.clear()
-                if not self.caught_up:
+                while not self.caught_up:
+                    # Set first: a rescan asked for while the queue is read reads it again.
+                    self.caught_up = True
                     while page := await queue.load(
                         self.id,
                         after_seq=self.sent_seq,
@@ -201,7 +203,6 @@ class Session:
                         max_bytes=DELIVER_PAGE_BYTES,
                     ):
                         await send(deque(page))
-                    self.caught_up = True
                 await send(self.handed)
         except ConnectionClosed:
             return
