@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -76,12 +77,17 @@ def _cluster(quick: bool) -> Iterator[tuple[str, int | None]]:
         yield given, None
         return
     folder = Path(tempfile.mkdtemp(prefix="skald-bench-pg-"))
+    tests_options = pgcluster.SERVER_OPTIONS
+    # The tests' cluster trades durability for speed; here each commit is made durable.
+    pgcluster.SERVER_OPTIONS = " ".join(
+        f"-c {option}" for option in re.findall(r"-c (\S+)", tests_options)
+        if option.split("=")[0] not in DURABLE
+    )
     try:
         url = pgcluster.start(folder)
-        with psycopg.connect(url, autocommit=True) as admin:
-            for setting in DURABLE:
-                admin.execute(f"ALTER SYSTEM SET {setting} = on")
-            admin.execute("SELECT pg_reload_conf()")
+        pgcluster.SERVER_OPTIONS = tests_options
+        with psycopg.connect(url) as db:
+            assert db.execute("SHOW fsync").fetchone() == ("on",)
         postmaster = int((folder / "data" / "postmaster.pid").read_text().split()[0])
         yield url, postmaster
     finally:

@@ -83,5 +83,10 @@ def test_the_balancer_spreads_websockets_over_both_relay_nodes_as_tcp() -> None:
     backend = sections["backend relay_nodes"]
     assert re.findall(r"server (relay-\d) \1:8765 check", backend) == list(RELAYS)
     assert "option httpchk GET /health" in backend
+    # The nodes see only the balancer's address: it limits connections per client instead.
+    assert "tcp-request connection track-sc0 src" in sections["frontend relay"]
+    for name in RELAYS:
+        command = compose()["services"][name]["command"]
+        assert command[command.index("--max-authenticated-per-address") + 1] == "4096"
     bots = sections["backend bot_replicas"]
     assert re.findall(r"server (bot-\d) \1:8443 check", bots) == list(BOTS)

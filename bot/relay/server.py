@@ -2,8 +2,9 @@
 
 It authenticates each session with an Ed25519 challenge, checks an envelope's structure,
 its ``from`` against the session's id and its size (1 MiB), and queues it for its
-recipient in SQLite (WAL, under ``--data``) until the recipient acknowledges it. It never
-holds a private key and never parses ``ct``.
+recipient in SQLite (WAL, under ``--data``), or in a PostgreSQL database that several
+nodes share (``--store``, :mod:`bot.relay.pgqueue` and :mod:`bot.relay.pgwake`), until the
+recipient acknowledges it. It never holds a private key and never parses ``ct``.
 
 One session per id (a newer one replaces the older, closed with code 4409); a client must
 authenticate within ``AUTH_TIMEOUT_S`` seconds. Delivery is at-least-once:
