@@ -46,7 +46,6 @@ from bot.relay.queue import (
     PutResult,
     Queued,
     Usage,
-    last_within,
     message_bytes,
 )
 from bot.storefaults import one_line
@@ -101,12 +100,23 @@ _DELETE_ACKED = (
 """Delete the oldest waiting envelope for each (recipient, id) acknowledged, as many of
 them as it was acknowledged."""
 _INSERT = (
-    "INSERT INTO relay_mailbox (recipient, sender, address, envelope_id, size, queued_ms, body)"
+    "WITH i AS (INSERT INTO relay_mailbox"
+    " (recipient, sender, address, envelope_id, size, queued_ms, body)"
     " SELECT r, s, a, e, z, %s, b FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
     " %s::integer[], %s::text[]) WITH ORDINALITY AS u(r, s, a, e, z, b, o) ORDER BY o"
     " ON CONFLICT (recipient, envelope_id, sender) DO NOTHING"
-    " RETURNING seq, recipient, sender, envelope_id"
+    " RETURNING seq, recipient, sender, envelope_id)"
+    f" SELECT seq, recipient, sender, envelope_id, pg_notify('{WAKE}', recipient) FROM i"
 )
+"""Insert envelopes in order, and wake the nodes for their recipients (PostgreSQL sends
+one notice per recipient and transaction, and none if the insert is rolled back)."""
+_PAGE = (
+    "SELECT seq, envelope_id, size, body FROM (SELECT seq, envelope_id, size, body,"
+    " sum(size) OVER (ORDER BY seq) AS total FROM relay_mailbox"
+    " WHERE recipient = %s AND seq > %s ORDER BY seq LIMIT %s) AS p"
+    " WHERE total <= %s OR total = size ORDER BY seq"
+)
+"""The next envelopes for a recipient, as many as fit in a number of bytes (at least one)."""
 _NOTIFY = "SELECT pg_notify(%s, v) FROM unnest(%s::text[]) AS v"
 
 
@@ -332,7 +342,6 @@ class PostgresQueue:
             return [self._put_one(db, item, now_ms) for item in items]
         for seq, recipient, sender, envelope_id in inserted:
             results[places[(recipient, sender, envelope_id)]] = (PutResult.QUEUED, seq)
-        db.execute(_NOTIFY, (WAKE, sorted({row[1] for row in inserted})))
         return results
 
     def _put_one(
@@ -347,7 +356,6 @@ class PostgresQueue:
         if not inserted:
             return PutResult.DUPLICATE, 0
         self._usage.add(item.recipient, item.sender, item.address, size)
-        db.execute(_NOTIFY, (WAKE, [item.recipient]))
         return PutResult.QUEUED, inserted[0][0]
 
     def _insert(
@@ -371,7 +379,7 @@ class PostgresQueue:
                 [item.body for item in items],
             ),
         ).fetchall()
-        return [(int(str(seq)), str(r), str(s), str(e)) for seq, r, s, e in rows]
+        return [(int(str(seq)), str(r), str(s), str(e)) for seq, r, s, e, _ in rows]
 
     def _contains(self, db: _Connection, item: Incoming) -> bool:
         row = db.execute(
@@ -393,19 +401,7 @@ class PostgresQueue:
         at most ``limit`` of them and ``max_bytes`` of bodies (but always at least one)."""
 
         def read(db: _Connection) -> list[tuple[object, ...]]:
-            sizes = db.execute(
-                "SELECT seq, size FROM relay_mailbox WHERE recipient = %s AND seq > %s"
-                " ORDER BY seq LIMIT %s",
-                (recipient, after_seq, limit),
-            ).fetchall()
-            last = last_within([(int(str(s)), int(str(z))) for s, z in sizes], max_bytes)
-            if last is None:
-                return []
-            return db.execute(
-                "SELECT seq, envelope_id, size, body FROM relay_mailbox"
-                " WHERE recipient = %s AND seq > %s AND seq <= %s ORDER BY seq",
-                (recipient, after_seq, last),
-            ).fetchall()
+            return db.execute(_PAGE, (recipient, after_seq, limit, max_bytes)).fetchall()
 
         return [
             Queued(int(str(seq)), str(eid), int(str(size)), str(body))

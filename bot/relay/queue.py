@@ -491,7 +491,7 @@ class RelayQueue:
                 "SELECT seq, size FROM queue WHERE recipient = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (recipient, after_seq, limit),
             ).fetchall()
-            last = last_within(sizes, max_bytes)
+            last = _last_within(sizes, max_bytes)
             if last is None:
                 return []
             rows = self._reader.execute(
@@ -556,7 +556,7 @@ class RelayQueue:
         self._usage = usage
 
 
-def last_within(sizes: list[tuple[int, int]], max_bytes: int) -> int | None:
+def _last_within(sizes: list[tuple[int, int]], max_bytes: int) -> int | None:
     """The seq of the last row that fits in ``max_bytes`` (the first always fits)."""
     last: int | None = None
     total = 0
