@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -17,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from test_relay_client import RelayProcess
 from test_relay_server import closed_code, envelope, recv, send, session
 from websockets.asyncio.client import ClientConnection
 
@@ -113,29 +111,6 @@ async def test_a_device_connecting_to_another_node_ends_its_session_on_the_first
         await second.close()
 
 
-async def start_node(url: str, data: Path) -> tuple[asyncio.subprocess.Process, str]:
-    """A relay node in a process of its own, and its URL."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "relay", "--port", "0", "--data", str(data),
-        "--store", url,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    async with asyncio.timeout(30):
-        while True:
-            line = (await process.stderr.readline()).decode()
-            assert line, "the relay node exited"
-            if match := re.search(r"relay listening on (ws://\S+)", line):
-                break
-    return process, match.group(1)
-
-
-async def drain(process: asyncio.subprocess.Process) -> None:
-    assert process.stderr is not None
-    while await process.stderr.readline():
-        pass
-
-
 async def receive_all(ws: ClientConnection, ids: set[str], counts: Counter[str]) -> None:
     """Acknowledge every delivery, counting them by id, until every id in ``ids`` came."""
     while not ids <= set(counts):
@@ -149,16 +124,15 @@ async def receive_all(ws: ClientConnection, ids: set[str], counts: Counter[str])
 async def test_a_node_killed_with_envelopes_in_flight_loses_nothing(
     tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
 ) -> None:
-    node_a, url_a = await start_node(postgres_url, tmp_path / "a")
-    node_b, url_b = await start_node(postgres_url, tmp_path / "b")
-    drains = [asyncio.create_task(drain(node)) for node in (node_a, node_b)]
+    node_a = await RelayProcess.start(tmp_path / "a", 0, "--store", postgres_url)
+    node_b = await RelayProcess.start(tmp_path / "b", 0, "--store", postgres_url)
     try:
         envs = [envelope(alice, bob, n) for n in range(400)]
         ids = {str(env["id"]) for env in envs}
         counts: Counter[str] = Counter()
-        b = await session(url_b, bob)
+        b = await session(node_b.url, bob)
         receiving = asyncio.create_task(receive_all(b, ids, counts))
-        a = await session(url_a, alice)
+        a = await session(node_a.url, alice)
         for env in envs:
             await send(a, {"type": "send", "envelope": env})
         confirmed: set[str] = set()
@@ -166,12 +140,11 @@ async def test_a_node_killed_with_envelopes_in_flight_loses_nothing(
             frame = await recv(a)
             if frame["type"] == "sent":
                 confirmed.add(str(frame["id"]))
-        node_a.send_signal(signal.SIGKILL)
-        await node_a.wait()
+        await node_a.kill()  # SIGKILL
         # What was never confirmed is sent again, through the node still up.
         resent = [env for env in envs if env["id"] not in confirmed]
         assert resent, "the node was killed after the burst"
-        again = await session(url_b, alice)
+        again = await session(node_b.url, alice)
         for env in resent:
             await send(again, {"type": "send", "envelope": env})
         async with asyncio.timeout(30):
@@ -184,12 +157,8 @@ async def test_a_node_killed_with_envelopes_in_flight_loses_nothing(
         await again.close()
         await b.close()
     finally:
-        for node in (node_a, node_b):
-            if node.returncode is None:
-                node.send_signal(signal.SIGKILL)
-                await node.wait()
-        for task in drains:
-            task.cancel()
+        await node_a.kill()
+        await node_b.kill()
 
 
 async def test_a_database_away_is_a_fault_to_wait_out(
