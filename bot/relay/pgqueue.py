@@ -117,6 +117,17 @@ _PAGE = (
     " WHERE total <= %s OR total = size ORDER BY seq"
 )
 """The next envelopes for a recipient, as many as fit in a number of bytes (at least one)."""
+_NEWER = (
+    "SELECT w.r, q.seq, q.envelope_id, q.size, q.body"
+    " FROM unnest(%s::text[], %s::bigint[]) AS w(r, after) CROSS JOIN LATERAL"
+    " (SELECT seq, envelope_id, size, body FROM (SELECT seq, envelope_id, size, body,"
+    " sum(size) OVER (ORDER BY seq) AS total FROM relay_mailbox"
+    " WHERE recipient = w.r AND seq > w.after ORDER BY seq LIMIT %s) AS p"
+    " WHERE total <= %s OR total = size) AS q"
+    " ORDER BY w.r, q.seq"
+)
+"""The next envelopes of several recipients at once, each after its own position and
+within a number of envelopes and bytes (at least one)."""
 _NOTIFY = "SELECT pg_notify(%s, v) FROM unnest(%s::text[]) AS v"
 
 
@@ -430,6 +441,22 @@ class PostgresQueue:
         return await asyncio.to_thread(
             self.pending, recipient, after_seq=after_seq, limit=limit, max_bytes=max_bytes
         )
+
+    def newer(
+        self, after: dict[str, int], *, limit: int, max_bytes: int
+    ) -> dict[str, list[Queued]]:
+        """For each recipient in ``after``, the envelopes queued after the position given,
+        oldest first, at most ``limit`` of them and ``max_bytes`` of bodies (but at least
+        one): :meth:`pending` for several recipients in one query."""
+        rows = self._read(lambda db: db.execute(
+            _NEWER, (list(after), list(after.values()), limit, max_bytes)
+        ).fetchall())
+        found: dict[str, list[Queued]] = {}
+        for recipient, seq, envelope_id, size, body in rows:
+            found.setdefault(str(recipient), []).append(
+                Queued(int(str(seq)), str(envelope_id), int(str(size)), str(body))
+            )
+        return found
 
     def newest(self, recipients: list[str]) -> dict[str, int]:
         """The newest sequence waiting for each of ``recipients`` that has any."""

@@ -1,7 +1,8 @@
 """What links relay nodes that share one PostgreSQL queue: each listens for what the others
 commit (``LISTEN``, :mod:`bot.relay.pgqueue` notifies) and acts on its own sessions.
 
-- an envelope queued elsewhere for a device connected here: its session reads its queue;
+- an envelope queued elsewhere for a device connected here: what was queued for the
+  sessions woken meanwhile is read in one query and handed to them;
 - a device that connected elsewhere: its session here ends (code 4409, one session per
   device), unless the session here is the newer one. Notifications come in the order of
   the transactions that sent them, so the session here is the older one exactly when this
@@ -35,6 +36,12 @@ from bot.storefaults import StoreHealth, one_line
 log = logging.getLogger(__name__)
 
 RECOUNT_S: Final = 10.0
+FETCH_SESSIONS: Final = 64
+"""Woken sessions whose new envelopes are read in one query, at most."""
+FETCH_ENVELOPES: Final = 64
+FETCH_BYTES: Final = 256 * 1024
+"""What is read for one woken session at most (at least one envelope); past half of it,
+the session reads the rest itself."""
 RETRY_S: Final = (0.5, 1.0, 2.0, 5.0)
 """Waits before listening again after the connection failed, the last one repeated."""
 
@@ -58,6 +65,9 @@ class NodeLink:
         self._rescan_s = rescan_s
         self._announced: dict[str, Session] = {}
         """Sessions here whose own notice has come back: older than any notice after it."""
+        self._woken: set[str] = set()
+        """Devices with a session here that another node queued something for."""
+        self._wakeups = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()
         self.listening = asyncio.Event()
@@ -67,6 +77,7 @@ class NodeLink:
         self._tasks = [
             asyncio.create_task(self._listen()),
             asyncio.create_task(self._rescan_periodically()),
+            asyncio.create_task(self._fetch_for_woken()),
         ]
 
     async def stop(self) -> None:
@@ -107,9 +118,9 @@ class NodeLink:
     def _on_notice(self, channel: str, payload: str, pid: int) -> None:
         own = pid in self._queue.writer_pids
         if channel == WAKE:
-            session = self._sessions.get(payload)
-            if session is not None and not own:
-                session.rescan()
+            if payload in self._sessions and not own:
+                self._woken.add(payload)
+                self._wakeups.set()
         elif channel == SESSION:
             self._on_session(payload, own=own)
         elif channel == DELIVERED and not own:
@@ -135,6 +146,47 @@ class NodeLink:
             )
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
+
+    async def _fetch_for_woken(self) -> None:
+        """Read what was queued for the sessions woken since the last read, for many
+        sessions in one query, and hand it to them as the writer hands over what this
+        node commits (a session that is not caught up reads its queue itself)."""
+        while True:
+            await self._wakeups.wait()
+            self._wakeups.clear()
+            woken, self._woken = self._woken, set()
+            ready = []
+            for device in woken:
+                session = self._sessions.get(device)
+                if session is None:
+                    continue
+                if session.caught_up:
+                    ready.append(session)
+                else:
+                    session.rescan()
+            for start in range(0, len(ready), FETCH_SESSIONS):
+                await self._fetch(ready[start : start + FETCH_SESSIONS])
+
+    async def _fetch(self, sessions: list[Session]) -> None:
+        after = {
+            session.id: max(session.sent_seq, session.handed[-1].seq if session.handed else 0)
+            for session in sessions
+        }
+        try:
+            found = await asyncio.to_thread(
+                self._queue.newer, after, limit=FETCH_ENVELOPES, max_bytes=FETCH_BYTES
+            )
+        except StoreError as exc:
+            self._health.failed(exc)
+            found = {}
+            for session in sessions:
+                session.rescan()  # reads its queue itself, and closes if that fails too
+        for session in sessions:
+            items = found.get(session.id, [])
+            for item in items:
+                session.hand_over(item)
+            if len(items) >= FETCH_ENVELOPES or sum(i.size for i in items) >= FETCH_BYTES // 2:
+                session.rescan()  # more may wait: the session pages through it
 
     def _rescan_all(self) -> None:
         for session in list(self._sessions.values()):
