@@ -193,8 +193,7 @@ class QueueWriter:
         while True:
             await asyncio.sleep(interval)
             try:
-                async with self._disk:
-                    self.purge()
+                await self.between_batches(self.purge)  # a database may take its time
             except StoreError as exc:
                 self._health.failed(exc)
 
