@@ -748,3 +748,20 @@ async def test_a_client_cannot_send_delivered(relay: RelayServer, alice: Identit
     answer = await recv(a)
     assert answer["type"] == "error" and answer["code"] == "bad_frame"
     await a.close()
+
+
+def test_a_relay_on_postgresql_without_the_extra_says_how_to_install_it(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "psycopg"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'psycopg\'", name="psycopg")\n')
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "relay", "--data", str(tmp_path / "d"),
+         "--store", "postgresql://127.0.0.1:1/none"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(root)])},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr == ("skald-telegram: a relay on PostgreSQL needs the PostgreSQL extra:"
+                             " pip install 'skald-telegram[postgresql]'\n")
