@@ -134,20 +134,37 @@ async def receive_all(
                 await send(ws, {"type": "ack", "id": envelope_id})
 
 
+@asynccontextmanager
+async def node_processes(tmp_path: Path, url: str) -> AsyncIterator[list[RelayProcess]]:
+    """Two relay nodes on the queue at ``url``, each in a process of its own."""
+    nodes = [
+        await RelayProcess.start(tmp_path / name, 0, "--store", url) for name in ("a", "b")
+    ]
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            await node.kill()
+
+
+async def sent_all(url: str, sender: Identity, envs: list[dict[str, object]]) -> ClientConnection:
+    """A session of ``sender`` through which every envelope of ``envs`` was sent."""
+    ws = await session(url, sender)
+    for env in envs:
+        await send(ws, {"type": "send", "envelope": env})
+    return ws
+
+
 async def test_a_node_killed_with_envelopes_in_flight_loses_nothing(
     tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
 ) -> None:
-    node_a = await RelayProcess.start(tmp_path / "a", 0, "--store", postgres_url)
-    node_b = await RelayProcess.start(tmp_path / "b", 0, "--store", postgres_url)
-    try:
-        envs = [envelope(alice, bob, n) for n in range(400)]
-        ids = {str(env["id"]) for env in envs}
-        counts: Counter[str] = Counter()
+    envs = [envelope(alice, bob, n) for n in range(400)]
+    counts: Counter[str] = Counter()
+    async with node_processes(tmp_path, postgres_url) as (node_a, node_b):
         b = await session(node_b.url, bob)
+        ids = {str(env["id"]) for env in envs}
         receiving = asyncio.create_task(receive_all(b, ids, counts, postgres_url))
-        a = await session(node_a.url, alice)
-        for env in envs:
-            await send(a, {"type": "send", "envelope": env})
+        a = await sent_all(node_a.url, alice, envs)
         confirmed: set[str] = set()
         while len(confirmed) < 100:
             frame = await recv(a)
@@ -157,33 +174,23 @@ async def test_a_node_killed_with_envelopes_in_flight_loses_nothing(
         # What was never confirmed is sent again, through the node still up.
         resent = [env for env in envs if env["id"] not in confirmed]
         assert resent, "the node was killed after the burst"
-        again = await session(node_b.url, alice)
-        for env in resent:
-            await send(again, {"type": "send", "envelope": env})
+        await sent_all(node_b.url, alice, resent)
         async with asyncio.timeout(30):
             await receiving
         twice = {envelope_id for envelope_id, n in counts.items() if n > 1}
         assert twice <= {str(env["id"]) for env in resent}
         assert max(counts.values()) <= 2
         await b.close()  # the senders' sessions, whose answers are unread, end with the nodes
-    finally:
-        await node_a.kill()
-        await node_b.kill()
 
 
 async def test_the_recipients_node_killed_mid_delivery_loses_nothing(
     tmp_path: Path, postgres_url: str, alice: Identity, bob: Identity
 ) -> None:
-    node_a = await RelayProcess.start(tmp_path / "a", 0, "--store", postgres_url)
-    node_b = await RelayProcess.start(tmp_path / "b", 0, "--store", postgres_url)
-    try:
-        envs = [envelope(alice, bob, n) for n in range(400)]
-        ids = {str(env["id"]) for env in envs}
-        counts: Counter[str] = Counter()
+    envs = [envelope(alice, bob, n) for n in range(400)]
+    counts: Counter[str] = Counter()
+    async with node_processes(tmp_path, postgres_url) as (node_a, node_b):
         b = await session(node_b.url, bob)
-        a = await session(node_a.url, alice)
-        for env in envs:
-            await send(a, {"type": "send", "envelope": env})
+        await sent_all(node_a.url, alice, envs)
         async with asyncio.timeout(30):
             while len(counts) < 100:
                 frame = json.loads(await b.recv())
@@ -192,13 +199,11 @@ async def test_the_recipients_node_killed_mid_delivery_loses_nothing(
         await node_b.kill()  # SIGKILL, with deliveries unacknowledged
         # The device comes back through the other node and gets everything.
         again = await session(node_a.url, bob)
+        ids = {str(env["id"]) for env in envs}
         async with asyncio.timeout(30):
             await receive_all(again, ids, counts, postgres_url)
         assert max(counts.values()) <= 2  # at most the unacknowledged, once more
-        await again.close()  # the sender's session, whose answers are unread, ends with its node
-    finally:
-        await node_a.kill()
-        await node_b.kill()
+        await again.close()
 
 
 async def test_a_database_away_is_a_fault_to_wait_out(
