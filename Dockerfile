@@ -7,7 +7,7 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY bot ./bot
 COPY templates ./templates
-RUN /opt/venv/bin/pip install --no-cache-dir '.[mcp]'
+RUN /opt/venv/bin/pip install --no-cache-dir '.[mcp,postgresql]'
 
 FROM python:3.11.11-slim-bookworm
 RUN useradd --create-home --uid 10001 skald \

@@ -399,6 +399,7 @@ async def _pairs_run(
     pairs: int,
     idle: int,
     seconds: float,
+    steady_rate: int = STEADY_RATE,
 ) -> _Figures:
     """Open the sessions, then measure envelopes a second at saturation and latencies at
     the steady rate, and the server's CPU time from the first envelope to the last."""
@@ -457,9 +458,9 @@ async def _pairs_run(
     rate = load.target / (time.perf_counter() - started)
 
     # Steady rate: each sender sends on a fixed schedule; latency is send → deliver.
-    per_pair = max(int(STEADY_RATE * seconds / pairs), 1)
+    per_pair = max(int(steady_rate * seconds / pairs), 1)
     carried += pairs * per_pair
-    gap = pairs / STEADY_RATE
+    gap = pairs / steady_rate
     frames = [
         wire(r, [_fake_envelope(p.sender.id, p.receiver.id) for _ in range(per_pair)])
         for p, r in zip(the_pairs, senders, strict=True)

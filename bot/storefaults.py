@@ -156,7 +156,13 @@ def failure_cause(error: BaseException) -> str:
     cause = error.__cause__ if error.__cause__ is not None else error
     if isinstance(cause, OSError) and cause.strerror:
         return cause.strerror.lower()
-    return str(cause)
+    return one_line(str(cause))
+
+
+def one_line(text: str) -> str:
+    """The first line of a library's message (PostgreSQL's run to several)."""
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else text
 
 
 class StoreHealth:

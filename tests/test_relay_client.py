@@ -150,9 +150,10 @@ class RelayProcess:
         self._drain = asyncio.create_task(self._discard_output())
 
     @classmethod
-    async def start(cls, data: Path, port: int = 0) -> RelayProcess:
+    async def start(cls, data: Path, port: int = 0, *options: str) -> RelayProcess:
         process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "bot", "relay", "--port", str(port), "--data", str(data)),
+            *options,
             stderr=asyncio.subprocess.PIPE,
         )
         assert process.stderr is not None

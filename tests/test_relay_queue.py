@@ -1,5 +1,5 @@
-"""The relay's SQLite queue: ordering, deduplication, the limits, paging, the age limit,
-restarts and schema upgrades."""
+"""The relay's queue: ordering, deduplication, the limits, paging, the age limit and
+restarts, in SQLite and in PostgreSQL; the SQLite file's schema upgrades."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from bot.relay.queue import (
     PutResult,
     RelayQueue,
 )
+from bot.relay.store import QueueStore, open_store
 
 ALICE = "a" * 32
 BOB = "b" * 32
@@ -38,31 +39,47 @@ def item(
     return Incoming(recipient, sender, _id(n), body, address)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a queue lives: a data folder (SQLite) or a database's URL (PostgreSQL)."""
+    if request.param == "sqlite":
+        return tmp_path
+    url = request.getfixturevalue("postgres_url")
+    assert isinstance(url, str)
+    return url
+
+
+def reopen(where: Path | str, limits: QueueLimits | None = None) -> QueueStore:
+    if isinstance(where, Path):
+        return open_store(where, None, limits or QueueLimits())
+    return open_store(Path("unused"), where, limits or QueueLimits())
+
+
 def open_queue(
-    path: Path, limits: QueueLimits | None = None, *, seen: str = ALICE + BOB
-) -> RelayQueue:
+    where: Path | str, limits: QueueLimits | None = None, *, seen: str = ALICE + BOB
+) -> QueueStore:
     """A queue in which the recipients in ``seen`` have connected once."""
-    queue = RelayQueue.open(path, limits=limits)
+    queue = reopen(where, limits)
     queue.apply(Batch(connected=[seen[i : i + 32] for i in range(0, len(seen), 32)]), now_ms=0)
     return queue
 
 
-def put(queue: RelayQueue, *items: Incoming, now_ms: int = 1) -> list[PutResult]:
+def put(queue: QueueStore, *items: Incoming, now_ms: int = 1) -> list[PutResult]:
     return queue.apply(Batch(puts=list(items)), now_ms).results
 
 
-def ack(queue: RelayQueue, recipient: str, n: int) -> bool:
+def ack(queue: QueueStore, recipient: str, n: int) -> bool:
     return queue.apply(Batch(acks=[Acknowledged(recipient, _id(n))]), now_ms=1).removed == 1
 
 
-def waiting(queue: RelayQueue, recipient: str) -> tuple[int, int]:
+def waiting(queue: QueueStore, recipient: str) -> tuple[int, int]:
     """Envelopes and bytes waiting for ``recipient``."""
     rows = queue.pending(recipient, limit=1_000_000, max_bytes=1 << 40)
     return len(rows), sum(row.size for row in rows)
 
 
-def test_oldest_first_and_ack(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
+def test_oldest_first_and_ack(where: Path | str) -> None:
+    queue = open_queue(where)
     assert put(queue, *(item(ALICE, n, f"body{n}") for n in range(3)), now_ms=1000) == [QUEUED] * 3
     put(queue, item(BOB, 9, "other"), now_ms=1000)
     assert [q.body for q in queue.pending(ALICE)] == ["body0", "body1", "body2"]
@@ -76,8 +93,8 @@ def test_oldest_first_and_ack(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_acks_make_room_for_puts_in_the_same_batch(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(recipient_count=1))
+def test_acks_make_room_for_puts_in_the_same_batch(where: Path | str) -> None:
+    queue = open_queue(where, QueueLimits(recipient_count=1))
     assert put(queue, item(ALICE, 1)) == [QUEUED]
     batch = Batch(acks=[Acknowledged(ALICE, _id(1))], puts=[item(ALICE, 2)])
     applied = queue.apply(batch, now_ms=2)
@@ -85,10 +102,10 @@ def test_acks_make_room_for_puts_in_the_same_batch(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_a_batch_holding_envelopes_already_waiting(tmp_path: Path) -> None:
+def test_a_batch_holding_envelopes_already_waiting(where: Path | str) -> None:
     # Queued together, then again one by one when one of them was already waiting: the
     # results, positions and limits are those of one envelope at a time.
-    queue = open_queue(tmp_path, QueueLimits(recipient_count=3))
+    queue = open_queue(where, QueueLimits(recipient_count=3))
     assert put(queue, item(ALICE, 1)) == [QUEUED]
     batch = [item(ALICE, 1), item(ALICE, 2), item(ALICE, 3), item(ALICE, 2), item(ALICE, 4)]
     applied = queue.apply(Batch(puts=batch), now_ms=2)
@@ -101,13 +118,13 @@ def test_a_batch_holding_envelopes_already_waiting(tmp_path: Path) -> None:
     assert fresh.results == [QUEUED, QUEUED, duplicate]
     assert fresh.seqs[:2] == [q.seq for q in queue.pending(BOB)]
     queue.close()
-    reopened = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_count=3))
+    reopened = reopen(where, QueueLimits(recipient_count=3))
     assert put(reopened, item(ALICE, 4)) == [full]  # counted alike from the file
     reopened.close()
 
 
-def test_acks_for_several_recipients_in_one_batch(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, seen=ALICE + BOB + MALLORY)
+def test_acks_for_several_recipients_in_one_batch(where: Path | str) -> None:
+    queue = open_queue(where, seen=ALICE + BOB + MALLORY)
     put(queue, item(ALICE, 1), item(ALICE, 2), item(BOB, 1), item(BOB, 3, sender=MALLORY))
     newer = queue.apply(Batch(puts=[item(BOB, 3, sender=ALICE)]), now_ms=1).seqs[0]
     acks = [(ALICE, 2), (BOB, 1), (ALICE, 9), (BOB, 3)]
@@ -122,8 +139,8 @@ def test_acks_for_several_recipients_in_one_batch(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_same_id_from_the_same_sender_is_stored_once(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
+def test_same_id_from_the_same_sender_is_stored_once(where: Path | str) -> None:
+    queue = open_queue(where)
     assert put(queue, item(ALICE, 1)) == [QUEUED]
     assert put(queue, item(ALICE, 1), now_ms=2) == [PutResult.DUPLICATE]
     assert put(queue, item(BOB, 1), now_ms=2) == [QUEUED]
@@ -131,8 +148,8 @@ def test_same_id_from_the_same_sender_is_stored_once(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_same_id_from_another_sender_is_another_envelope(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
+def test_same_id_from_another_sender_is_another_envelope(where: Path | str) -> None:
+    queue = open_queue(where)
     assert put(queue, item(ALICE, 1, "from carol", sender=CAROL)) == [QUEUED]
     assert put(queue, item(ALICE, 1, "from mallory", sender=MALLORY), now_ms=2) == [QUEUED]
     assert [q.body for q in queue.pending(ALICE)] == ["from carol", "from mallory"]
@@ -143,8 +160,8 @@ def test_same_id_from_another_sender_is_another_envelope(tmp_path: Path) -> None
     queue.close()
 
 
-def test_envelope_cap_per_recipient(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(recipient_count=2))
+def test_envelope_cap_per_recipient(where: Path | str) -> None:
+    queue = open_queue(where, QueueLimits(recipient_count=2))
     assert put(queue, item(ALICE, 1), item(ALICE, 2, sender=MALLORY)) == [QUEUED, QUEUED]
     assert put(queue, item(ALICE, 3)) == [PutResult.FULL]
     # A duplicate is not refused:
@@ -155,9 +172,9 @@ def test_envelope_cap_per_recipient(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_byte_caps(tmp_path: Path) -> None:
+def test_byte_caps(where: Path | str) -> None:
     limits = QueueLimits(recipient_bytes=100, sender_bytes=60, total_bytes=150)
-    queue = open_queue(tmp_path, limits)
+    queue = open_queue(where, limits)
     results = put(
         queue,
         item(ALICE, 1, "m" * 50, sender=MALLORY),
@@ -181,15 +198,15 @@ def test_byte_caps(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_envelope_cap_per_sender(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(sender_count=1))
+def test_envelope_cap_per_sender(where: Path | str) -> None:
+    queue = open_queue(where, QueueLimits(sender_count=1))
     assert put(queue, item(ALICE, 1), item(ALICE, 2)) == [QUEUED, PutResult.SENDER_FULL]
     assert put(queue, item(ALICE, 2, sender=MALLORY)) == [QUEUED]
     queue.close()
 
 
-def test_strangers_share_a_small_part_of_a_queue(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(recipient_count=10, stranger_count=3))
+def test_strangers_share_a_small_part_of_a_queue(where: Path | str) -> None:
+    queue = open_queue(where, QueueLimits(recipient_count=10, stranger_count=3))
     assert put(queue, item(ALICE, 0, sender=CAROL)) == [QUEUED]
     assert ack(queue, ALICE, 0)  # carol is now alice's contact
     # Any number of throwaway identities share three places in alice's queue ...
@@ -204,14 +221,14 @@ def test_strangers_share_a_small_part_of_a_queue(tmp_path: Path) -> None:
     assert ack(queue, ALICE, 20)
     assert put(queue, item(ALICE, 31, sender=fakes[3])) == [QUEUED]
     queue.close()
-    reopened = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_count=10, stranger_count=3))
+    reopened = reopen(where, QueueLimits(recipient_count=10, stranger_count=3))
     assert put(reopened, item(ALICE, 32, sender=fakes[4])) == [PutResult.STRANGERS_FULL]
     assert put(reopened, item(ALICE, 33, sender=fakes[0])) == [QUEUED]  # a contact
     reopened.close()
 
 
-def test_recipients_that_never_connected_get_a_small_short_lived_queue(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(unseen_count=2), seen=ALICE)
+def test_recipients_that_never_connected_get_a_small_short_lived_queue(where: Path | str) -> None:
+    queue = open_queue(where, QueueLimits(unseen_count=2), seen=ALICE)
     assert put(queue, *(item(BOB, n) for n in range(3)), now_ms=100) == [
         QUEUED,
         QUEUED,
@@ -227,8 +244,8 @@ def test_recipients_that_never_connected_get_a_small_short_lived_queue(tmp_path:
     queue.close()
 
 
-def test_envelope_and_byte_caps_per_address(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path, QueueLimits(address_count=3, address_bytes=100))
+def test_envelope_and_byte_caps_per_address(where: Path | str) -> None:
+    queue = open_queue(where, QueueLimits(address_count=3, address_bytes=100))
     results = put(
         queue,
         item(ALICE, 1, sender=CAROL, address="192.0.2.7"),
@@ -249,8 +266,8 @@ def test_envelope_and_byte_caps_per_address(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_pending_is_paged_by_bytes(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
+def test_pending_is_paged_by_bytes(where: Path | str) -> None:
+    queue = open_queue(where)
     put(queue, *(item(ALICE, n, "x" * size) for n, size in enumerate([40, 40, 40, 200, 10])))
     pages: list[list[int]] = []
     after = 0
@@ -262,14 +279,14 @@ def test_pending_is_paged_by_bytes(tmp_path: Path) -> None:
     queue.close()
 
 
-def test_purge_and_reopen(tmp_path: Path) -> None:
-    queue = open_queue(tmp_path)
+def test_purge_and_reopen(where: Path | str) -> None:
+    queue = open_queue(where)
     put(queue, item(ALICE, 1, "old"), now_ms=100)
     put(queue, item(ALICE, 2, "new"), now_ms=200)
     assert queue.purge(older_than_ms=150) == 1
     assert waiting(queue, ALICE) == (1, 3)
     queue.close()
-    reopened = RelayQueue.open(tmp_path, limits=QueueLimits(recipient_bytes=5))
+    reopened = reopen(where, QueueLimits(recipient_bytes=5))
     assert [q.body for q in reopened.pending(ALICE)] == ["new"]
     assert put(reopened, item(ALICE, 3, "abc"), now_ms=300) == [PutResult.FULL]
     reopened.close()

@@ -616,18 +616,22 @@ def test_relay_help_shows_every_default() -> None:
     assert shown.returncode == 0
     text = " ".join(shown.stdout.split())
     options = re.findall(r"^\s+(--[a-z-]+)", shown.stdout, re.MULTILINE)
-    assert len(options) == 20
+    assert len(options) == 21
     assert text.count("(default: ") == len(options)
     for default in ("(default: 4096)", "(default: 32)", "(default: 128)", "(default: 10000)"):
         assert default in text
 
 
-@pytest.mark.parametrize("args", [["--port", "99999"], ["--port", "-1"], ["--queue-cap", "-5"]])
+@pytest.mark.parametrize("args", [
+    ["--port", "99999"], ["--port", "-1"], ["--queue-cap", "-5"], ["--store", "mysql://h/db"],
+    ["--store", "postgresql://skald:hunter2@127.0.0.1:1/nowhere"],
+])
 def test_bad_relay_arguments_are_one_line(tmp_path: Path, args: list[str]) -> None:
     result = run_cli("relay", "--data", str(tmp_path), *args)
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+    assert "hunter2" not in result.stderr
 
 
 def cpu_seconds(pid: int) -> float:
@@ -744,3 +748,20 @@ async def test_a_client_cannot_send_delivered(relay: RelayServer, alice: Identit
     answer = await recv(a)
     assert answer["type"] == "error" and answer["code"] == "bad_frame"
     await a.close()
+
+
+def test_a_relay_on_postgresql_without_the_extra_says_how_to_install_it(tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "psycopg"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'psycopg\'", name="psycopg")\n')
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-m", "bot", "relay", "--data", str(tmp_path / "d"),
+         "--store", "postgresql://127.0.0.1:1/none"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(root)])},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr == ("skald-telegram: a relay on PostgreSQL needs the PostgreSQL extra:"
+                             " pip install 'skald-telegram[postgresql]'\n")

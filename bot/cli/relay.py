@@ -123,6 +123,12 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--data", default="./relay-data", help="folder for the relay's queue (default: %(default)s)"
     )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="keep the queue in this PostgreSQL database (postgresql://…), shared by every"
+        " relay node given the same URL (default: none: SQLite in the data folder)",
+    )
     for flag, what, default, unit in _LIMITS:
         shown = (
             _mib(int(default))
@@ -172,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             authenticated_per_address=args.max_authenticated_per_address,
         ),
         idle_timeout=args.idle_timeout,
+        store=args.store,
     )
     asyncio.run(_serve_until_signalled(relay))
     return 0

@@ -16,19 +16,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar
 
 from bot.errors import StoreError
 from bot.relay.frames import delivered_frame
-from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued, RelayQueue
+from bot.relay.queue import Acknowledged, Batch, Incoming, PutResult, Queued
 from bot.relay.session import PendingSend, Session
+from bot.relay.store import QueueStore
 from bot.relay.transport import frame_size
 from bot.storefaults import StoreHealth
 
 log = logging.getLogger(__name__)
 
 PURGE_INTERVAL_S: Final = 600.0
+
+T = TypeVar("T")
 
 
 class QueueWriter:
@@ -39,7 +42,7 @@ class QueueWriter:
 
     def __init__(
         self,
-        queue: RelayQueue,
+        queue: QueueStore,
         health: StoreHealth,
         sessions: Mapping[str, Session],
         *,
@@ -170,6 +173,11 @@ class QueueWriter:
                 with contextlib.suppress(asyncio.QueueFull):
                     session.answers.put_nowait(delivered_frame(envelope_id))
 
+    async def between_batches(self, work: Callable[[], T]) -> T:
+        """Run ``work`` in a worker thread while no batch or purge is being written."""
+        async with self._disk:
+            return await asyncio.to_thread(work)
+
     def purge(self) -> None:
         """Delete expired envelopes now (the caller holds no transaction)."""
         now = _now_ms()
@@ -185,8 +193,7 @@ class QueueWriter:
         while True:
             await asyncio.sleep(interval)
             try:
-                async with self._disk:
-                    self.purge()
+                await self.between_batches(self.purge)  # a database may take its time
             except StoreError as exc:
                 self._health.failed(exc)
 

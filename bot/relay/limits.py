@@ -26,6 +26,9 @@ DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS: Final = 32
 DEFAULT_MAX_AUTHENTICATED_PER_ADDRESS: Final = 128
 DEFAULT_IDLE_TIMEOUT_S: Final = 900.0
 """A session that neither sends a frame nor gets a delivery for this long is closed."""
+DEFAULT_RESCAN_S: Final = 2.0
+"""On a shared PostgreSQL queue: how often each session's queue is checked for envelopes
+no notification announced."""
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ class Queued:
 
 
 @dataclass
-class _Usage:
+class Usage:
     """What waits now, counted in memory, and who is known: recipients that have
     connected, and (recipient, sender) pairs whose envelopes the recipient acknowledged."""
 
@@ -290,7 +290,7 @@ class RelayQueue:
         self._db = connection
         self._reader = reader
         self._limits = limits
-        self._usage = _Usage()
+        self._usage = Usage()
         self._recount()
 
     @classmethod
@@ -503,6 +503,12 @@ class RelayQueue:
             raise store_error(f"cannot read the relay queue: {exc}", exc) from exc
         return [Queued(*row) for row in rows]
 
+    async def load(
+        self, recipient: str, *, after_seq: int, limit: int, max_bytes: int
+    ) -> list[Queued]:
+        """:meth:`pending` for the event loop: a local file answers at once."""
+        return self.pending(recipient, after_seq=after_seq, limit=limit, max_bytes=max_bytes)
+
     def purge(self, older_than_ms: int, *, unseen_older_than_ms: int | None = None) -> int:
         """Delete envelopes queued before ``older_than_ms``, and those for recipients that
         have never connected queued before ``unseen_older_than_ms``; returns how many."""
@@ -541,7 +547,7 @@ class RelayQueue:
             ).fetchall()
         except sqlite3.Error as exc:
             raise store_error(f"cannot read the relay queue: {exc}", exc) from exc
-        usage = _Usage(
+        usage = Usage(
             connected={recipient for (recipient,) in connected},
             contacts={(recipient, sender) for recipient, sender in contacts},
         )

@@ -2,8 +2,9 @@
 
 It authenticates each session with an Ed25519 challenge, checks an envelope's structure,
 its ``from`` against the session's id and its size (1 MiB), and queues it for its
-recipient in SQLite (WAL, under ``--data``) until the recipient acknowledges it. It never
-holds a private key and never parses ``ct``.
+recipient in SQLite (WAL, under ``--data``), or in a PostgreSQL database that several
+nodes share (``--store``, :mod:`bot.relay.pgqueue` and :mod:`bot.relay.pgwake`), until the
+recipient acknowledges it. It never holds a private key and never parses ``ct``.
 
 One session per id (a newer one replaces the older, closed with code 4409); a client must
 authenticate within ``AUTH_TIMEOUT_S`` seconds. Delivery is at-least-once:
@@ -64,7 +65,7 @@ import time
 from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -86,6 +87,7 @@ from bot.relay.limits import (
     DEFAULT_MAX_AGE_S,
     DEFAULT_RECIPIENT_BYTES,
     DEFAULT_RECIPIENT_COUNT,
+    DEFAULT_RESCAN_S,
     DEFAULT_SENDER_BYTES,
     DEFAULT_SENDER_COUNT,
     DEFAULT_STRANGER_BYTES,
@@ -97,9 +99,9 @@ from bot.relay.limits import (
     ConnectionLimits,
     QueueLimits,
 )
-from bot.relay.queue import RelayQueue
 from bot.relay.refusals import RefusalStreak, WarningBudget
 from bot.relay.session import TOO_MANY_REFUSALS, Session
+from bot.relay.store import QueueStore, check_store, is_postgres, open_store
 from bot.relay.transport import (
     QuietAcceptPauses,
     RelayConnection,
@@ -110,6 +112,9 @@ from bot.relay.transport import (
     peer,
 )
 from bot.storefaults import StoreHealth
+
+if TYPE_CHECKING:
+    from bot.relay.pgwake import NodeLink
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +153,16 @@ class RelayServer:
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
         clock: Clock = SYSTEM_CLOCK,
+        store: str | None = None,
+        rescan_s: float = DEFAULT_RESCAN_S,
     ) -> None:
         if not 0 <= port <= 65535:
             raise RelayError(f"port {port} is out of range: use 0 to 65535")
+        check_store(store)
         self._data_dir = data_dir
+        self._store = store
+        self._rescan_s = rescan_s
+        self._link: NodeLink | None = None
         self._host = host
         self._port = port
         self._limits = QueueLimits(
@@ -197,7 +208,7 @@ class RelayServer:
 
     async def start(self) -> None:
         """Open the queue, purge expired envelopes and start listening."""
-        queue = RelayQueue.open(self._data_dir, limits=self._limits)
+        queue = open_store(self._data_dir, self._store, self._limits)
         writer = QueueWriter(
             queue,
             self.health,
@@ -229,6 +240,9 @@ class RelayServer:
             logger=TransportLog(logging.getLogger("websockets.server")),
         )
         writer.start()
+        if is_postgres(self._store):
+            self._link = _node_link(queue, writer, self._sessions, self.health, self._rescan_s)
+            self._link.start()
 
     def _out_of_descriptors(self, exc: OSError) -> None:
         self._warnings.warn(
@@ -244,6 +258,9 @@ class RelayServer:
             await self._server.wait_closed()
             self._server = None
             self._accept_pauses.remove(asyncio.get_running_loop())
+        if self._link is not None:
+            await self._link.stop()
+            self._link = None
         if self._writer is not None:
             await self._writer.stop()  # writes what came last
             self._writer.queue.close()
@@ -340,3 +357,18 @@ class RelayServer:
             if self._sessions.get(session_id) is session:
                 del self._sessions[session_id]
             log.info("session closed: %s (code %s)", session_id, ws.close_code)
+
+
+def _node_link(
+    queue: QueueStore,
+    writer: QueueWriter,
+    sessions: dict[str, Session],
+    health: StoreHealth,
+    rescan_s: float,
+) -> NodeLink:
+    """What links this node to the others on the same PostgreSQL queue."""
+    from bot.relay.pgqueue import PostgresQueue
+    from bot.relay.pgwake import NodeLink
+
+    assert isinstance(queue, PostgresQueue)
+    return NodeLink(queue, writer, sessions, health, rescan_s=rescan_s)

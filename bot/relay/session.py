@@ -21,8 +21,9 @@ from websockets.frames import CloseCode
 
 from bot.errors import StoreError
 from bot.relay.frames import DELIVER_WINDOW, deliver_frame
-from bot.relay.queue import PutResult, Queued, RelayQueue
+from bot.relay.queue import PutResult, Queued
 from bot.relay.refusals import WarningBudget, send_answer
+from bot.relay.store import QueueStore
 from bot.relay.transport import RelayConnection
 from bot.storefaults import StoreHealth
 
@@ -85,6 +86,8 @@ class Session:
     """Whether everything queued on disk for the session up to now has been sent."""
     handed: deque[Queued] = field(default_factory=deque)
     """Envelopes committed since the session caught up, to send from memory."""
+    sent_seq: int = 0
+    """The position of the newest envelope sent in this session."""
 
     def hand_over(self, item: Queued) -> None:
         """Pass a newly committed envelope to the session; past ``DELIVER_WINDOW`` of
@@ -95,6 +98,12 @@ class Session:
             else:
                 self.caught_up = False
                 self.handed.clear()
+        self.wakeup.set()
+
+    def rescan(self) -> None:
+        """Read the queue again: something was queued for the session elsewhere (another
+        relay node), or may have been."""
+        self.caught_up = False
         self.wakeup.set()
 
     def delivered(self, envelope_id: str, size: int) -> None:
@@ -151,14 +160,13 @@ class Session:
 
     async def deliver(
         self,
-        queue: RelayQueue,
+        queue: QueueStore,
         health: StoreHealth,
         written: asyncio.Future[list[PutResult | None]] | None,
     ) -> None:
         """Stream the session's queue, oldest first, then whatever arrives for it, once
         ``written`` (the transaction recording the session) is; at most
         ``DELIVER_WINDOW`` deliveries wait for their acks at any time."""
-        last_seq = 0
         self.window_open.set()
         if written is not None:
             await asyncio.shield(written)  # shared with other sessions: never cancel it
@@ -166,18 +174,17 @@ class Session:
         async def send(items: deque[Queued]) -> None:
             """Send ``items`` (taking them from the front) as the window allows, those
             it allows at once in one write."""
-            nonlocal last_seq
             while items:
                 await self.window_open.wait()
                 frames, size = [], 0
                 while items and self.window_open.is_set() and size < WRITE_BYTES:
                     item = items.popleft()
-                    if item.seq <= last_seq:
+                    if item.seq <= self.sent_seq:
                         continue  # already sent from disk
                     frames.append(deliver_frame(item.body))
                     self.delivered(item.envelope_id, item.size)
                     size += item.size
-                    last_seq = item.seq
+                    self.sent_seq = item.seq
                 if frames:
                     await self.ws.send_texts(frames)
                     self.active = time.monotonic()
@@ -186,15 +193,16 @@ class Session:
             while True:
                 await self.wakeup.wait()
                 self.wakeup.clear()
-                if not self.caught_up:
-                    while page := queue.pending(
+                while not self.caught_up:
+                    # Set first: a rescan asked for while the queue is read reads it again.
+                    self.caught_up = True
+                    while page := await queue.load(
                         self.id,
-                        after_seq=last_seq,
+                        after_seq=self.sent_seq,
                         limit=min(DELIVER_PAGE, DELIVER_WINDOW),
                         max_bytes=DELIVER_PAGE_BYTES,
                     ):
                         await send(deque(page))
-                    self.caught_up = True
                 await send(self.handed)
         except ConnectionClosed:
             return
