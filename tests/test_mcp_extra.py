@@ -40,5 +40,5 @@ def test_the_image_and_the_tests_install_the_extra_and_a_plain_install_does_not(
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert not [d for d in project["dependencies"] if d.startswith("mcp")]
     assert [d for d in project["optional-dependencies"]["mcp"] if d.startswith("mcp")]
-    assert "skald-telegram[mcp]" in project["optional-dependencies"]["test"]
-    assert "pip install --no-cache-dir '.[mcp]'" in (ROOT / "Dockerfile").read_text()
+    assert "skald-telegram[mcp,postgresql]" in project["optional-dependencies"]["test"]
+    assert "pip install --no-cache-dir '.[mcp,postgresql]'" in (ROOT / "Dockerfile").read_text()

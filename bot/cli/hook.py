@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import select
 import signal
 import sys
 from collections.abc import Coroutine
@@ -99,8 +100,10 @@ def _answer(args: argparse.Namespace) -> int:
     raw = ""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stopped)
+    # An agent may start the hook with these blocked; a stop must still reach it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
-        raw = sys.stdin.read()
+        raw = _read_input()
         answer = asyncio.run(_until_stopped(run_hook(
             contract, raw, host_connector(args.state), timeout=args.timeout,
             on_error=args.on_error, watch=Watch(sys.stderr, "skald-telegram hook"),
@@ -122,6 +125,25 @@ def _answer(args: argparse.Namespace) -> int:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """How an agent (or a closed terminal) stops a hook; a stopped hook answers deny, since an
 agent reads a hook that ends without an answer as no objection."""
+
+
+READ_WAKE_S = 0.2
+"""How often reading the event looks up, so that a stop signal taken by another thread
+still stops it."""
+
+
+def _read_input() -> str:
+    """Everything on stdin, as UTF-8; a blocked read is never left waiting on a stop."""
+    chunks: list[bytes] = []
+    fd = sys.stdin.fileno()
+    while True:
+        readable, _, _ = select.select([fd], [], [], READ_WAKE_S)
+        if not readable:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks).decode("utf-8")
+        chunks.append(chunk)
 
 
 class Stopped(BaseException):
