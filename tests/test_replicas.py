@@ -1,0 +1,161 @@
+"""Two bot replicas (real ``skald-telegram run`` processes) on one PostgreSQL database,
+the stand-in Telegram posting its webhook to each in turn: every tap decided once, and the
+leading replica killed in the middle of a burst of taps is replaced within 5 s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import world as world_module
+from conftest import eventually
+from test_webhook import PUBLIC_URL, SECRET, free_port
+from world import ADA, TOKEN, World, approval, make_world, storage_toml
+
+from bot.cli import main as cli_main
+from bot.protocol.payloads import ApprovalDecision
+from bot.store import Store
+
+LEASE_S = 2.0
+"""The replicas' lease: short, so that the takeover is quick to wait for."""
+TAKEOVER_S = 5.0
+ITEMS = 12
+
+
+@pytest.fixture
+def shared_database(postgres_url: str) -> Iterator[str]:
+    """A migrated PostgreSQL database the bots :mod:`world` configures use."""
+    Store.migrate(postgres_url)
+    world_module.STORAGE_URL = postgres_url
+    try:
+        yield postgres_url
+    finally:
+        world_module.STORAGE_URL = None
+
+
+def config_of(world: World, name: str) -> Path:
+    return world.tmp / f"replica-{name}.toml"
+
+
+@asynccontextmanager
+async def replica(world: World, name: str, port: int) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m bot run`` as the replica ``name``, with a state folder of its own holding
+    a copy of replica ``a``'s identity, its webhook on ``port``."""
+    state = world.tmp / f"state-{name}"
+    state.mkdir(exist_ok=True)
+    if name != "a":
+        shutil.copy(world.tmp / "state-a" / "identity.json", state / "identity.json")
+    config = config_of(world, name)
+    config.write_text(
+        f'[state]\ndir = "{state}"\n{storage_toml()}'
+        f'[replica]\nname = "{name}"\nlease_seconds = {LEASE_S}\n'
+        f'[http]\nlisten = "127.0.0.1:{port}"\n'
+        f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
+        f'chat_pace_seconds = 0\nmode = "webhook"\nwebhook_url = "{PUBLIC_URL}"\n'
+        f'webhook_secret = "{SECRET}"\n')
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "run", "--config", str(config),
+        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}, cwd=world.tmp,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=open(world.tmp / f"replica-{name}.log", "ab"),  # noqa: SIM115
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def leader_seen_by(world: World, name: str) -> str | None:
+    """The leader the replica ``name`` last wrote into its status file."""
+    try:
+        status = json.loads((world.tmp / f"state-{name}" / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+    leader = (status.get("replica") or {}).get("leader")
+    return leader if isinstance(leader, str) else None
+
+
+def decided(world: World) -> Counter[str]:
+    return Counter(p.approval_id for p in world.agent.received
+                   if isinstance(p, ApprovalDecision))
+
+
+async def test_the_leader_killed_mid_burst_is_replaced_and_each_tap_decided_once(
+    tmp_path: Path, shared_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with make_world(tmp_path) as world:
+        ports = free_port(), free_port()
+        world.tg.api.webhook.spread_to = [f"http://127.0.0.1:{port}" for port in ports]
+        async with replica(world, "a", ports[0]) as first:
+            await eventually(lambda: leader_seen_by(world, "a") == "a", timeout=20)
+            async with replica(world, "b", ports[1]):
+                await eventually(lambda: leader_seen_by(world, "b") == "a", timeout=20)
+                await world.pair(ADA)
+                for n in range(ITEMS):
+                    world.agent.submit_approval(approval(f"apr_r{n}"))
+                await world.tg.wait_for(lambda tg: len(world.cards(ADA)) == ITEMS, timeout=30)
+                cards = [world.card(ADA, f"(apr_r{n})") for n in range(ITEMS)]
+                taps = [world.tap(ADA, card, ADA, "Approve") for card in cards[:ITEMS // 2]]
+                await world.tg.wait_for(
+                    lambda tg: sum(q in tg.callback_answers for q in taps) >= 2, timeout=20)
+                first.send_signal(signal.SIGKILL)
+                killed = time.monotonic()
+                await first.wait()
+                # The rest of the burst, and the same taps again, as impatient people do.
+                taps += [world.tap(ADA, card, ADA, "Approve") for card in cards[ITEMS // 2:]]
+                taps += [world.tap(ADA, card, ADA, "Approve") for card in cards[:2]]
+                await eventually(lambda: leader_seen_by(world, "b") == "b", timeout=10)
+                takeover = time.monotonic() - killed
+
+                # (A tap the killed replica decided may go unanswered: its decision stands.)
+                await world.agent.wait_for(lambda a: len(decided(world)) == ITEMS, timeout=30)
+                await asyncio.sleep(LEASE_S)  # time for a decision sent twice to arrive
+                assert decided(world) == Counter(f"apr_r{n}" for n in range(ITEMS))
+                for n in range(ITEMS):
+                    await world.wait_card(ADA, f"(apr_r{n})", lambda m: "Approved by" in m.text,
+                                          timeout=20)
+                code = await asyncio.to_thread(
+                    cli_main, ["health", "--config", str(config_of(world, "b"))])
+                out = capsys.readouterr().out
+    assert takeover <= TAKEOVER_S, f"replica b led {takeover:.1f} s after the kill"
+    # Measured against the lease: no sooner than it could run out after the last renewal.
+    assert takeover >= LEASE_S * 2 / 3 - 0.2
+    assert code == 0 and "replica b leads (this one)" in out
+
+
+async def test_two_replicas_share_the_taps_on_one_card_as_one_process_does(
+    tmp_path: Path, shared_database: str
+) -> None:
+    async with make_world(tmp_path) as world:
+        ports = free_port(), free_port()
+        world.tg.api.webhook.spread_to = [f"http://127.0.0.1:{port}" for port in ports]
+        async with replica(world, "a", ports[0]):
+            await eventually(lambda: leader_seen_by(world, "a") == "a", timeout=20)
+            async with replica(world, "b", ports[1]):
+                await eventually(lambda: leader_seen_by(world, "b") == "a", timeout=20)
+                await world.pair(ADA)
+                world.agent.submit_approval(approval("apr_one"))
+                card = await world.wait_card(ADA, "apr_one", timeout=20)
+                taps = [world.tap(ADA, card, ADA, label)
+                        for label in ("Approve", "Deny", "Approve", "Deny") * 3]
+                await world.tg.wait_for(lambda tg: all(q in tg.callback_answers for q in taps),
+                                        timeout=30)
+                await world.agent.wait_for(lambda a: len(decided(world)) == 1, timeout=20)
+                await asyncio.sleep(LEASE_S)
+                received = [p for p in world.agent.received if isinstance(p, ApprovalDecision)]
+                # The first tap decides; each later one finds the card decided.
+                assert [d.decision for d in received] == ["approve"]
+                served = {d.status for d in world.tg.api.webhook.deliveries}
+                assert served == {200}
