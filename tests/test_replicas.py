@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from collections import Counter
@@ -20,10 +21,14 @@ import pytest
 import world as world_module
 from conftest import eventually
 from test_webhook import PUBLIC_URL, SECRET, free_port
-from world import ADA, TOKEN, World, approval, make_world, storage_toml
+from world import ADA, TOKEN, World, approval, make_world, running_bot, storage_toml
 
+from bot.app import Bot
 from bot.cli import main as cli_main
+from bot.config import parse_config
+from bot.errors import ConfigError, StoreError
 from bot.protocol.payloads import ApprovalDecision
+from bot.replicas import default_name
 from bot.store import Store
 
 LEASE_S = 2.0
@@ -159,3 +164,31 @@ async def test_two_replicas_share_the_taps_on_one_card_as_one_process_does(
                 assert [d.decision for d in received] == ["approve"]
                 served = {d.status for d in world.tg.api.webhook.deliveries}
                 assert served == {200}
+
+
+async def test_a_second_run_on_one_sqlite_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, running_bot(world):
+        with pytest.raises(StoreError) as refused:
+            async with Bot(world.config, clock=world.clock):
+                pass
+    assert str(refused.value) == (f"another skald-telegram run uses {world.config.database}; "
+                                  "several replicas need PostgreSQL ([storage] url)")
+
+
+@pytest.mark.parametrize(("replica", "error"), [
+    ({"lease_seconds": 0.5}, "replica.lease_seconds: must be a number from 1 to 60"),
+    ({"lease_seconds": True}, "replica.lease_seconds: must be a number from 1 to 60"),
+    ({"name": "a\nb"}, "replica.name: must be printable text"),
+    ({"leader": True}, "replica.leader: unknown setting"),
+])
+def test_replica_settings_are_checked(replica: dict[str, object], error: str,
+                                      tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=error):
+        parse_config({"replica": replica}, base=tmp_path)
+
+
+def test_a_replica_is_named_by_its_host_and_process_unless_configured(tmp_path: Path) -> None:
+    assert (parse_config({}, base=tmp_path).replica_name, default_name()) == \
+        (None, f"{socket.gethostname()}:{os.getpid()}")
+    config = parse_config({"replica": {"name": "bot-1", "lease_seconds": 2}}, base=tmp_path)
+    assert (config.replica_name, config.lease_s) == ("bot-1", 2.0)

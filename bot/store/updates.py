@@ -36,13 +36,15 @@ class Updates:
         """Updates not handled yet that ``replica`` takes on, oldest first: those nobody
         claimed, its own, and those of a replica whose lease (:class:`~bot.store.leases.
         Leases`) ran out. Rows another replica is claiming at this moment are skipped."""
-        skip = " FOR UPDATE SKIP LOCKED" if self._db.shared else ""
-        rows = self._db.all(
-            "UPDATE updates SET claimed_by = ? WHERE update_id IN (SELECT update_id"
-            " FROM updates WHERE done = 0 AND (claimed_by IS NULL OR claimed_by = ?"
-            " OR NOT EXISTS (SELECT 1 FROM leases WHERE name = 'replica ' || updates.claimed_by"
-            f" AND expires_at >= ?)) ORDER BY update_id LIMIT ?{skip})"
-            " RETURNING update_id, body", (replica, replica, now_ms, limit))
+        if not self._db.shared:  # one process: nothing to claim from anyone
+            return self.pending(limit)
+        with self._db.transaction(durable=False):  # a claim lost is made again
+            rows = self._db.all(
+                "UPDATE updates SET claimed_by = ? WHERE update_id IN (SELECT update_id"
+                " FROM updates WHERE done = 0 AND (claimed_by IS NULL OR claimed_by = ? OR"
+                " NOT EXISTS (SELECT 1 FROM leases WHERE name = 'replica ' || updates.claimed_by"
+                " AND expires_at >= ?)) ORDER BY update_id LIMIT ? FOR UPDATE SKIP LOCKED)"
+                " RETURNING update_id, body", (replica, replica, now_ms, limit))
         return sorted((int(r["update_id"]), str(r["body"])) for r in rows)
 
     def done(self, update_id: int) -> bool:
