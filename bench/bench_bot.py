@@ -188,9 +188,41 @@ async def _latency_runs(
 ) -> tuple[floors.Floor, list[float], list[float], list[float]]:
     """With the bot started on ``tg``: approvals one at a time, the floor sampled before
     each (see :func:`_latency_items`), then taps each just after a large approval."""
+    async with _paired(tmp, tg, agent, cores) as (bot, probe):
+        cards, decisions = await _latency_items(tg, agent, bot, probe, sizes.latency_items)
+        behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
+    return probe.floor(), cards, decisions, behind_big
+
+
+@contextlib.asynccontextmanager
+async def _one_chat(tmp: Path) -> AsyncIterator[tuple[TelegramStub, Agent, floors.Cores]]:
+    """A relay process, the stand-in with Ada's private chat, and an agent on the relay."""
+    with floors.load_generator() as cores:
+        relay = await RelayProcess.start(tmp / "relay")
+        cores.place(relay.process.pid)
+        agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
+        try:
+            async with TelegramStub(token=TOKEN) as tg:
+                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
+                tg.add_private_chat(ADA)
+                await agent.start()
+                yield tg, agent, cores
+        finally:
+            await agent.stop()
+            await relay.kill()
+
+
+@contextlib.asynccontextmanager
+async def _paired(
+    tmp: Path, tg: TelegramStub, agent: Agent, cores: floors.Cores, storage: str | None = None
+) -> AsyncIterator[tuple[Store, floors.Probe]]:
+    """The bot process (chat pace 0, its state in ``storage``, None: the SQLite file)
+    paired with ``agent``: its store, read through a connection of the bench's own, and
+    the floor's probe. The bot's log is shown if the block fails."""
     config = tmp / "skald-telegram.toml"
-    config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
-    database = load_config(str(config), environ=_bot_environment()).database_path
+    config.write_text(_config_toml(tg.api_url, tmp / "state", storage=storage,
+                                   chat_pace_seconds=0))
+    database = load_config(str(config), environ=_bot_environment()).database
     log = tmp / "bot.log"
     async with _bot_process(config, log, cores):
         try:
@@ -198,14 +230,11 @@ async def _latency_runs(
             tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
             await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
             async with floors.Probe(agent.relay_url, DECISION_BYTES) as probe:
-                with _read_only(database) as bot:
-                    cards, decisions = await _latency_items(tg, agent, bot, probe,
-                                                            sizes.latency_items)
-                    behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
+                with _reader(database) as bot:
+                    yield bot, probe
         except BaseException:
             print(log.read_text()[-3000:], file=sys.stderr)
             raise
-    return probe.floor(), cards, decisions, behind_big
 
 
 async def _card_of(tg: TelegramStub, bot: Store, needle: str) -> StoredMessage:
@@ -286,20 +315,8 @@ async def _behind_big(tg: TelegramStub, agent: Agent, bot: Store, count: int) ->
 
 
 async def _latency(sizes: Sizes, tmp: Path) -> None:
-    with floors.load_generator() as cores:
-        relay = await RelayProcess.start(tmp / "relay")
-        cores.place(relay.process.pid)
-        agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
-        try:
-            async with TelegramStub(token=TOKEN) as tg:
-                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
-                tg.add_private_chat(ADA)
-                await agent.start()
-                floor, cards, decisions, behind_big = await _latency_runs(
-                    sizes, tmp, tg, agent, cores)
-        finally:
-            await agent.stop()
-            await relay.kill()
+    async with _one_chat(tmp) as (tg, agent, cores):
+        floor, cards, decisions, behind_big = await _latency_runs(sizes, tmp, tg, agent, cores)
     _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
            "chat pace 0")
     _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart; taps once the bot recorded "
@@ -368,36 +385,9 @@ async def _stores(sizes: Sizes, tmp: Path) -> None:
 async def _store_latency(tmp: Path, count: int, storage: str | None) -> list[float]:
     """Seconds from each tap to its decision at the agent, the bot's state in ``storage``
     (None: the SQLite file)."""
-    with floors.load_generator() as cores:
-        relay = await RelayProcess.start(tmp / "relay")
-        cores.place(relay.process.pid)
-        agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
-        try:
-            async with TelegramStub(token=TOKEN) as tg:
-                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
-                tg.add_private_chat(ADA)
-                await agent.start()
-                config = tmp / "skald-telegram.toml"
-                config.write_text(_config_toml(tg.api_url, tmp / "state", storage=storage,
-                                               chat_pace_seconds=0))
-                database = load_config(str(config), environ=_bot_environment()).database
-                log = tmp / "bot.log"
-                async with _bot_process(config, log, cores):
-                    try:
-                        await tg.wait_for(lambda stub: bool(stub.calls("getUpdates")),
-                                          TIMEOUT_S)
-                        tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
-                        await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
-                        async with floors.Probe(agent.relay_url, DECISION_BYTES) as probe:
-                            with _reader(database) as bot:
-                                _cards, decisions = await _latency_items(tg, agent, bot,
-                                                                         probe, count)
-                    except BaseException:
-                        print(log.read_text()[-3000:], file=sys.stderr)
-                        raise
-        finally:
-            await agent.stop()
-            await relay.kill()
+    async with _one_chat(tmp) as (tg, agent, cores), \
+            _paired(tmp, tg, agent, cores, storage) as (bot, probe):
+        _cards, decisions = await _latency_items(tg, agent, bot, probe, count)
     return decisions
 
 
