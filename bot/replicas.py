@@ -4,10 +4,11 @@ workers that post and edit cards.
 
 Leading is a lease in the database (:mod:`bot.store.leases`) that runs out
 :attr:`Replica.lease_s` seconds after its last renewal; its holder renews it three times
-as often. A replica that cannot renew it in time stops leading by exiting (its service
-manager starts it again, as a follower), so two never lead at once for longer than the
-clocks of their hosts disagree; another takes the lease over once it ran out. Each replica
-also renews a lease of its own, which keeps its claims on held updates standing.
+as often, and another replica takes it over once it ran out. A leader that finds another
+replica holding the lease (it could not reach the database for longer than the lease)
+exits, and its service manager starts it again as a follower: while it could not reach
+the database it could not change the state either. Each replica also renews a lease of
+its own, which keeps its claims on held updates standing.
 
 With the SQLite file there is one process: it leads, and nothing is written for it.
 """
@@ -52,7 +53,6 @@ class Replica:
         self._shared = store.db.shared
         self.leader: str | None = name if not self._shared else None
         """Who led at the last look (this replica's own name with SQLite)."""
-        self._renewed_ms = 0
         self.others = 0
         """How many other replicas were alive at the last renewal."""
 
@@ -80,8 +80,6 @@ class Replica:
             self._store.leases.renew(replica_lease(self.name), self.name, now, ttl)
             self.leader = self._store.leases.take(LEADER, self.name, now, ttl)
             self.others = max(self._store.leases.alive(now) - 1, 0)
-        if self.leads:
-            self._renewed_ms = now
         return self.leads
 
     async def keep(self, *, on_lead: Callable[[], None], on_lost: Callable[[str], None],
@@ -93,11 +91,9 @@ class Replica:
             try:
                 leads = self.renew()
             except StoreUnavailable as exc:
-                if led and self._clock.now_ms() - self._renewed_ms >= \
-                        (self.lease_s - self.every_s) * 1000:
-                    on_lost(f"cannot renew the leader's lease ({exc})")
-                    return
-                leads = led
+                # Waited out: a leader that cannot reach the database cannot change it
+                # either, and finds out whether it still leads once it reaches it again.
+                log.debug("cannot renew the leases (%s)", exc)
             else:
                 if leads and not led:
                     log.info("replica %s leads", self.name)

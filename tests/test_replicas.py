@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -20,8 +19,9 @@ from pathlib import Path
 import pytest
 import world as world_module
 from conftest import eventually
+from test_bot_kill import bot_process
 from test_webhook import PUBLIC_URL, SECRET, free_port
-from world import ADA, TOKEN, World, approval, make_world, running_bot, storage_toml
+from world import ADA, World, approval, make_world, running_bot
 
 from bot.app import Bot
 from bot.cli import main as cli_main
@@ -49,7 +49,7 @@ def shared_database(postgres_url: str) -> Iterator[str]:
 
 
 def config_of(world: World, name: str) -> Path:
-    return world.tmp / f"replica-{name}.toml"
+    return world.tmp / f"skald-telegram-{name}.toml"
 
 
 @asynccontextmanager
@@ -60,26 +60,11 @@ async def replica(world: World, name: str, port: int) -> AsyncIterator[asyncio.s
     state.mkdir(exist_ok=True)
     if name != "a":
         shutil.copy(world.tmp / "state-a" / "identity.json", state / "identity.json")
-    config = config_of(world, name)
-    config.write_text(
-        f'[state]\ndir = "{state}"\n{storage_toml()}'
-        f'[replica]\nname = "{name}"\nlease_seconds = {LEASE_S}\n'
-        f'[http]\nlisten = "127.0.0.1:{port}"\n'
-        f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
-        f'chat_pace_seconds = 0\nmode = "webhook"\nwebhook_url = "{PUBLIC_URL}"\n'
-        f'webhook_secret = "{SECRET}"\n')
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "run", "--config", str(config),
-        env={**os.environ, "TELEGRAM_BOT_TOKEN": TOKEN}, cwd=world.tmp,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=open(world.tmp / f"replica-{name}.log", "ab"),  # noqa: SIM115
-    )
-    try:
+    async with bot_process(world, name=name, settings=(
+            f'mode = "webhook"\nwebhook_url = "{PUBLIC_URL}"\nwebhook_secret = "{SECRET}"\n'
+            f'[replica]\nname = "{name}"\nlease_seconds = {LEASE_S}\n'
+            f'[http]\nlisten = "127.0.0.1:{port}"\n')) as process:
         yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 def leader_seen_by(world: World, name: str) -> str | None:
