@@ -5,6 +5,7 @@ leading replica killed in the middle of a burst of taps is replaced within 5 s."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -28,8 +29,9 @@ from bot.cli import main as cli_main
 from bot.config import parse_config
 from bot.errors import ConfigError, StoreError
 from bot.protocol.payloads import ApprovalDecision
-from bot.replicas import default_name
+from bot.replicas import Replica, default_name
 from bot.store import Store
+from bot.testing.clock import ShiftedClock
 
 LEASE_S = 2.0
 """The replicas' lease: short, so that the takeover is quick to wait for."""
@@ -177,3 +179,54 @@ def test_a_replica_is_named_by_its_host_and_process_unless_configured(tmp_path: 
         (None, f"{socket.gethostname()}:{os.getpid()}")
     config = parse_config({"replica": {"name": "bot-1", "lease_seconds": 2}}, base=tmp_path)
     assert (config.replica_name, config.lease_s) == ("bot-1", 2.0)
+
+
+@contextlib.contextmanager
+def two_replicas(url: str, clock: ShiftedClock) -> Iterator[tuple[Replica, Replica, Store]]:
+    """Replicas ``a`` and ``b`` on one database, each with a connection of its own, on one
+    clock; and the store of ``a``."""
+    stores = [Store.open(url), Store.open(url)]
+    try:
+        yield (Replica(stores[0], "a", lease_s=LEASE_S, clock=clock),
+               Replica(stores[1], "b", lease_s=LEASE_S, clock=clock), stores[0])
+    finally:
+        for store in stores:
+            store.close()
+
+
+async def test_the_lease_passes_once_it_ran_out_and_the_old_leader_then_exits(
+    shared_database: str
+) -> None:
+    clock = ShiftedClock()
+    with two_replicas(shared_database, clock) as (a, b, _):
+        assert a.renew() and not b.renew()
+        assert (a.leader, b.leader, b.others) == ("a", "a", 1)
+        clock.advance(LEASE_S - 0.1)
+        assert not b.renew()  # renewed by a less than a lease ago
+        clock.advance(0.2)
+        assert b.renew() and b.leader == "b"
+        lost: list[str] = []
+        await asyncio.wait_for(a.keep(on_lead=lambda: None, on_lost=lost.append,
+                                      tick=lambda: None), TAKEOVER_S)
+        assert lost == ["replica b took the leader's lease"]
+        b.release()
+        assert a.renew()  # given up: taken at once
+
+
+async def test_updates_a_dead_replica_claimed_go_to_another_once_its_lease_ran_out(
+    shared_database: str
+) -> None:
+    clock = ShiftedClock()
+    with two_replicas(shared_database, clock) as (a, b, store):
+        a.renew()
+        b.renew()
+        for update_id in (7, 8):
+            store.updates.add(update_id, "{}")
+        now = clock.now_ms()
+        assert [u for u, _ in store.updates.claim("a", now, limit=1)] == [7]
+        assert [u for u, _ in store.updates.claim("b", now)] == [8]
+        assert store.updates.claim("b", now) == [(8, "{}")]  # its own, not a's
+        assert store.updates.done(8) and not store.updates.done(8)
+        clock.advance(LEASE_S + 0.1)
+        b.renew()
+        assert store.updates.claim("b", clock.now_ms()) == [(7, "{}")]
