@@ -341,8 +341,9 @@ async def _heartbeat(config: Config, running: Running) -> None:
 
 
 def _replica_status(replica: Replica | None) -> dict[str, object]:
-    """Which replica this is and which one leads, as the status file says it."""
-    if replica is None:
+    """Which replica this is and which one leads, as the status file says it (nothing
+    with SQLite, where the one process leads)."""
+    if replica is None or not replica.shared:
         return {}
     return {"replica": {"name": replica.name, "leader": replica.leader}}
 
