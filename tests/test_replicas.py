@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -21,14 +22,22 @@ import pytest
 import world as world_module
 from conftest import eventually
 from test_bot_kill import bot_process
+from test_shortcuts import _approval as approval_of
+from test_shortcuts import _inbox as inbox
+from test_shortcuts import _sealed as sealed
 from test_webhook import PUBLIC_URL, SECRET, free_port
 from world import ADA, World, approval, make_world, running_bot
 
 from bot.app import Bot
+from bot.bridge import Bridge, TapReport
 from bot.cli import main as cli_main
+from bot.clock import SYSTEM_CLOCK
 from bot.config import parse_config
+from bot.core.model import Peer
+from bot.core.policy import Action, Decided, Refusal, Refused
 from bot.errors import ConfigError, StoreError
-from bot.protocol.payloads import ApprovalDecision
+from bot.protocol.identity import Identity
+from bot.protocol.payloads import ApprovalDecision, Person
 from bot.replicas import Replica, default_name
 from bot.store import Store
 from bot.testing.clock import ShiftedClock
@@ -230,3 +239,49 @@ async def test_updates_a_dead_replica_claimed_go_to_another_once_its_lease_ran_o
         clock.advance(LEASE_S + 0.1)
         b.renew()
         assert store.updates.claim("b", clock.now_ms()) == [(7, "{}")]
+
+
+def test_two_taps_on_one_card_in_two_processes_come_out_as_in_one(
+    tmp_path: Path, shared_database: str
+) -> None:
+    """The first tap holds its transaction open at its commit while the second comes, on a
+    connection of its own as another replica's: the second waits for the card and finds
+    it decided."""
+    device, agent = Identity.generate("bot"), Identity.generate("agent")
+    config = parse_config({"telegram": {"token": "1:x", "admins": [1]},
+                           "state": {"dir": str(tmp_path)}}, base=tmp_path)
+    stores = [Store.open(shared_database), Store.open(shared_database)]
+    try:
+        bridges = [Bridge(identity=device, store=store, config=config, clock=SYSTEM_CLOCK)
+                   for store in stores]
+        stores[0].agents.add_peer(Peer(agent.id, "ws://relay", json.dumps(
+            agent.card.to_json()), "agent"), 0)
+        stores[0].agents.bind(agent.id, 5, None, 0)
+        bridges[0].handle_envelopes([sealed(bridges[0], agent, inbox(1, [approval_of("t1")]))])
+        token = stores[0].view().cards.dirty(5)[0].token
+        committing = threading.Event()
+
+        def slow_commit() -> None:
+            committing.set()
+            time.sleep(0.5)
+
+        stores[0].on_commit(slow_commit)
+        reports: dict[int, TapReport] = {}
+
+        def tap(replica: int) -> None:
+            reports[replica] = bridges[replica].tap(
+                token, Action.APPROVE, chat_id=5, tapper=Person("Ada", 5),
+                approvers=frozenset({5}))
+
+        first = threading.Thread(target=tap, args=(0,))
+        first.start()
+        assert committing.wait(5)
+        tap(1)
+        first.join()
+        assert isinstance(reports[0].result, Decided)
+        assert reports[1].result == Refused(Refusal.CLOSED)
+        counted = stores[1].db.one("SELECT count(*) AS n FROM decisions")
+        assert counted is not None and counted["n"] == 1
+    finally:
+        for store in stores:
+            store.close()
