@@ -188,9 +188,41 @@ async def _latency_runs(
 ) -> tuple[floors.Floor, list[float], list[float], list[float]]:
     """With the bot started on ``tg``: approvals one at a time, the floor sampled before
     each (see :func:`_latency_items`), then taps each just after a large approval."""
+    async with _paired(tmp, tg, agent, cores) as (bot, probe):
+        cards, decisions = await _latency_items(tg, agent, bot, probe, sizes.latency_items)
+        behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
+    return probe.floor(), cards, decisions, behind_big
+
+
+@contextlib.asynccontextmanager
+async def _one_chat(tmp: Path) -> AsyncIterator[tuple[TelegramStub, Agent, floors.Cores]]:
+    """A relay process, the stand-in with Ada's private chat, and an agent on the relay."""
+    with floors.load_generator() as cores:
+        relay = await RelayProcess.start(tmp / "relay")
+        cores.place(relay.process.pid)
+        agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
+        try:
+            async with TelegramStub(token=TOKEN) as tg:
+                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
+                tg.add_private_chat(ADA)
+                await agent.start()
+                yield tg, agent, cores
+        finally:
+            await agent.stop()
+            await relay.kill()
+
+
+@contextlib.asynccontextmanager
+async def _paired(
+    tmp: Path, tg: TelegramStub, agent: Agent, cores: floors.Cores, storage: str | None = None
+) -> AsyncIterator[tuple[Store, floors.Probe]]:
+    """The bot process (chat pace 0, its state in ``storage``, None: the SQLite file)
+    paired with ``agent``: its store, read through a connection of the bench's own, and
+    the floor's probe. The bot's log is shown if the block fails."""
     config = tmp / "skald-telegram.toml"
-    config.write_text(_config_toml(tg.api_url, tmp / "state", chat_pace_seconds=0))
-    database = load_config(str(config), environ=_bot_environment()).database_path
+    config.write_text(_config_toml(tg.api_url, tmp / "state", storage=storage,
+                                   chat_pace_seconds=0))
+    database = load_config(str(config), environ=_bot_environment()).database
     log = tmp / "bot.log"
     async with _bot_process(config, log, cores):
         try:
@@ -198,14 +230,11 @@ async def _latency_runs(
             tg.send_text(ADA, ADA, f"/pair {agent.new_pairing_uri()}")
             await agent.wait_for(lambda a: len(a.peers) == 1, TIMEOUT_S)
             async with floors.Probe(agent.relay_url, DECISION_BYTES) as probe:
-                with _read_only(database) as bot:
-                    cards, decisions = await _latency_items(tg, agent, bot, probe,
-                                                            sizes.latency_items)
-                    behind_big = await _behind_big(tg, agent, bot, sizes.big_taps)
+                with _reader(database) as bot:
+                    yield bot, probe
         except BaseException:
             print(log.read_text()[-3000:], file=sys.stderr)
             raise
-    return probe.floor(), cards, decisions, behind_big
 
 
 async def _card_of(tg: TelegramStub, bot: Store, needle: str) -> StoredMessage:
@@ -286,20 +315,8 @@ async def _behind_big(tg: TelegramStub, agent: Agent, bot: Store, count: int) ->
 
 
 async def _latency(sizes: Sizes, tmp: Path) -> None:
-    with floors.load_generator() as cores:
-        relay = await RelayProcess.start(tmp / "relay")
-        cores.place(relay.process.pid)
-        agent = Agent(Identity.generate("build-bot"), relay.url, **FAST_RELAY)
-        try:
-            async with TelegramStub(token=TOKEN) as tg:
-                tg.add_user(ADA, "Ada", "Lovelace", username="ada")
-                tg.add_private_chat(ADA)
-                await agent.start()
-                floor, cards, decisions, behind_big = await _latency_runs(
-                    sizes, tmp, tg, agent, cores)
-        finally:
-            await agent.stop()
-            await relay.kill()
+    async with _one_chat(tmp) as (tg, agent, cores):
+        floor, cards, decisions, behind_big = await _latency_runs(sizes, tmp, tg, agent, cores)
     _title(f"latency: {sizes.latency_items} approvals one at a time, one private chat, "
            "chat pace 0")
     _title(f"  (items ≥ {ITEM_SPACING_S * 1000:.0f} ms apart; taps once the bot recorded "
@@ -329,6 +346,49 @@ async def _latency(sizes: Sizes, tmp: Path) -> None:
          "p50 / slowest",
          f"slowest {worst * 1000:+.1f} ms over the p50 tap (goal ≤ "
          f"{BIG_DELAY_GOAL_S * 1000:.0f} ms)")
+
+
+async def _stores(sizes: Sizes, tmp: Path) -> None:
+    """Tap → decision with the bot's state in SQLite, then in PostgreSQL (a throwaway
+    cluster on this machine that waits for its disk, as a production one does), the same
+    approvals one at a time as in the latency phase."""
+    import pgcluster
+    import psycopg
+
+    count = max(sizes.latency_items // 3, 10)
+    folder = Path(tempfile.mkdtemp(prefix="skald-pg-"))
+    try:
+        admin = pgcluster.start(folder, pgcluster.DURABLE_OPTIONS)
+        url = admin.rsplit("/", 1)[0] + "/bench"
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute("CREATE DATABASE bench")
+        Store.migrate(url)
+        measured = {}
+        for name, storage in (("SQLite", None), ("PostgreSQL", url)):
+            (tmp / name).mkdir()
+            measured[name] = await _store_latency(tmp / name, count, storage)
+    except pgcluster.ClusterError as exc:
+        _title(f"stores: no PostgreSQL to measure ({exc})")
+        return
+    finally:
+        pgcluster.stop(folder)
+    _title(f"stores: tap → decision at the agent, {count} approvals one at a time, the bot's "
+           "state in SQLite, then in PostgreSQL 15 on this machine (fsync on)")
+    _row("", "p50 / p99", "", "against SQLite")
+    sqlite = measured["SQLite"]
+    for name, values in measured.items():
+        p50, p99 = _percentile(values, 0.5), _percentile(values, 0.99)
+        _row(name, f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms", "",
+             f"{p50 / _percentile(sqlite, 0.5):.2f}x / {p99 / _percentile(sqlite, 0.99):.2f}x")
+
+
+async def _store_latency(tmp: Path, count: int, storage: str | None) -> list[float]:
+    """Seconds from each tap to its decision at the agent, the bot's state in ``storage``
+    (None: the SQLite file)."""
+    async with _one_chat(tmp) as (tg, agent, cores), \
+            _paired(tmp, tg, agent, cores, storage) as (bot, probe):
+        _cards, decisions = await _latency_items(tg, agent, bot, probe, count)
+    return decisions
 
 
 def _over(seen: int, limit: int) -> str:
@@ -509,7 +569,8 @@ async def _decided_first(sizes: Sizes, tmp: Path) -> None:
 # --- 4. memory ---------------------------------------------------------------------------
 
 
-def _config_toml(api_url: str, state_dir: Path, **telegram: float) -> str:
+def _config_toml(api_url: str, state_dir: Path, *, storage: str | None = None,
+                 **telegram: float) -> str:
     return (
         "[telegram]\n"
         f"token = {json.dumps(TOKEN)}\n"
@@ -518,6 +579,7 @@ def _config_toml(api_url: str, state_dir: Path, **telegram: float) -> str:
         + "".join(f"{name} = {value}\n" for name, value in telegram.items())
         + "[state]\n"
         f"dir = {json.dumps(str(state_dir))}\n"
+        + (f"[storage]\nurl = {json.dumps(storage)}\n" if storage else "")
     )
 
 
@@ -545,6 +607,18 @@ def _read_only(database: Path) -> Iterator[Store]:
         yield Store(Database(connection, database))
     finally:
         connection.close()
+
+
+@contextlib.contextmanager
+def _reader(database: Path | str) -> Iterator[Store]:
+    """The bot process's store, read through a connection of the bench's own: the SQLite
+    file read-only, or the PostgreSQL database."""
+    if isinstance(database, Path):
+        with _read_only(database) as store:
+            yield store
+        return
+    with contextlib.closing(Store.open(database)) as store:
+        yield store
 
 
 def _open_items(database: Path, agent_id: str | None = None) -> int:
@@ -653,7 +727,8 @@ async def _run(quick: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         phases: tuple[tuple[str, Callable[[Sizes, Path], Awaitable[None]]], ...] = (
-            ("memory", _memory), ("latency", _latency), ("decided-first", _decided_first),
+            ("memory", _memory), ("latency", _latency), ("stores", _stores),
+            ("decided-first", _decided_first),
             ("burst", _burst),
             ("burst-far", functools.partial(_burst, round_trip=BURST_ROUND_TRIP_S)),
         )

@@ -27,6 +27,7 @@ from bot.keyfile import load_or_create_identity
 from bot.logsafety import redact_value
 from bot.relay_pool import RelayPool
 from bot.render import Renderer
+from bot.replicas import Replica, default_name, only_process
 from bot.signals import until_signalled
 from bot.statedir import ensure_state_dir
 from bot.store import SCHEMA_VERSION, Store
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 CHECKPOINT_S = 5.0
 """How often the write-ahead log is copied into the database file."""
 ALLOWED_UPDATES = ["message", "callback_query", "my_chat_member", "chat_member"]
+PICK_UP_S = 0.2
+"""How often the leading replica looks for what the others changed (cards to draw,
+envelopes to send) while there are others."""
 OnStart = Callable[[Chat, User], Awaitable[None]]
 
 
@@ -99,6 +103,7 @@ class Running:
     handlers: Handlers
     changed: asyncio.Event
     supervisor: Supervisor = field(default_factory=Supervisor)
+    replica: Replica | None = None
 
     def act_on(self, changes: Changes) -> None:
         """Act on what a use case of :attr:`bridge` changed (after its commit)."""
@@ -165,6 +170,12 @@ class Bot:
         )
         store = Store.open(config.database)
         stack.callback(store.close)
+        if not store.db.shared:
+            stack.callback(os.close, only_process(store.path))
+        replica = Replica(store, config.replica_name or default_name(), lease_s=config.lease_s,
+                          clock=self._clock)
+        stack.callback(replica.release)
+        leads = replica.renew()
         renderer = Renderer(config.templates_dir)
         gateway = Gateway(application.bot)
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
@@ -180,7 +191,7 @@ class Bot:
                                turns=worker.turns, clock=self._clock)
         changed = asyncio.Event()
         redraw = Redraw(worker, timers, changed, notes, digests)
-        pool = RelayPool(bridge, after=redraw, **self._relay_options)
+        pool = RelayPool(bridge, after=redraw, leads=leads, **self._relay_options)
         handlers = Handlers(
             bridge=bridge, renderer=renderer, gateway=gateway, config=config,
             act_on=pool.act_on, changed=changed, approvers=approvers,
@@ -192,17 +203,29 @@ class Bot:
         # Started in this order and stopped in reverse: Telegram updates stop first (an
         # update whose handler is cut short is handled again at the next start), then the
         # worker and timers, then the relays.
-        pool.ensure_all()
         stack.push_async_callback(pool.stop)
         running = Running(application, bridge, store, pool, worker, timers, handlers, changed,
-                          self._supervisor or Supervisor())
-        _watch_store(store, running.supervisor, self._clock)
+                          self._supervisor or Supervisor(), replica)
+        supervisor = running.supervisor
+        _watch_store(store, supervisor, self._clock)
         stack.callback(remove_status, config.status_path)
-        running.supervisor.start("card worker", worker.run)
-        running.supervisor.start("timers", timers.run)
-        running.supervisor.start("note worker", notes.run)
-        running.supervisor.start("digest worker", digests.run)
-        running.supervisor.start("heartbeat", lambda: _heartbeat(config, running))
+
+        def lead() -> None:
+            """The relay sessions and the workers run on the leading replica only."""
+            pool.lead()
+            supervisor.start("card worker", worker.run)
+            supervisor.start("timers", timers.run)
+            supervisor.start("note worker", notes.run)
+            supervisor.start("digest worker", digests.run)
+            supervisor.changed.set()
+
+        if leads:
+            lead()
+        if replica.shared:
+            supervisor.start("replica lease", lambda: replica.keep(
+                on_lead=lead, on_lost=supervisor.give_up, tick=supervisor.changed.set))
+            supervisor.start("pick-up", lambda: _pick_up(replica, bridge, pool))
+        supervisor.start("heartbeat", lambda: _heartbeat(config, running))
         running.supervisor.start("checkpoints", lambda: _checkpoints(store))
         # The supervised tasks stop before the card worker lets its chats finish: its own
         # task would otherwise end by itself and be restarted.
@@ -212,7 +235,9 @@ class Bot:
         stack.push_async_callback(application.stop)
         # Instead of python-telegram-bot's polling, which confirms updates before they are
         # handled: each update is stored before it is confirmed (see bot.tg.update_inbox).
-        inbox = UpdateInbox(application, bridge, allowed_updates=ALLOWED_UPDATES)
+        inbox = UpdateInbox(application, bridge, allowed_updates=ALLOWED_UPDATES,
+                            replica=replica.name,
+                            look_again_s=replica.every_s if replica.shared else None)
         running.supervisor.start("update handler", inbox.handle)
         if config.webhook is None:
             running.supervisor.start("update fetcher", inbox.fetch)
@@ -264,6 +289,15 @@ def _watch_store(store: Store, supervisor: Supervisor, clock: Clock) -> None:
     store.db.health.on_change = changed
 
 
+async def _pick_up(replica: Replica, bridge: Bridge, pool: RelayPool) -> None:
+    """On the leading replica, while others run: every :data:`PICK_UP_S`, draw the cards
+    and send the envelopes they changed and queued (they wake nothing here)."""
+    while True:
+        await asyncio.sleep(PICK_UP_S)
+        if replica.leads and replica.others:
+            pool.act_on(Changes(cards=True, relays=frozenset(bridge.relay_urls())))
+
+
 async def _checkpoints(store: Store) -> None:
     """Copy the database's write-ahead log into its file every :data:`CHECKPOINT_S`, in a
     thread, so that no commit on the event loop does it."""
@@ -296,6 +330,7 @@ async def _heartbeat(config: Config, running: Running) -> None:
                 ],
                 "store": {**running.store.db.health.status(),
                           "database": running.store.location, "schema": SCHEMA_VERSION},
+                **_replica_status(running.replica),
                 **counts,
             })
         except OSError as exc:
@@ -303,6 +338,14 @@ async def _heartbeat(config: Config, running: Running) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(running.supervisor.changed.wait(), HEARTBEAT_S)
         running.supervisor.changed.clear()
+
+
+def _replica_status(replica: Replica | None) -> dict[str, object]:
+    """Which replica this is and which one leads, as the status file says it (nothing
+    with SQLite, where the one process leads)."""
+    if replica is None or not replica.shared:
+        return {}
+    return {"replica": {"name": replica.name, "leader": replica.leader}}
 
 
 async def _log_error(update: object, context: object) -> None:

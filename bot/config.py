@@ -128,6 +128,10 @@ class Config:
     """Set when ``webapp.url`` is: the Mini App with each card's details."""
     storage_url: str | None = field(default=None, repr=False)
     """``[storage] url``: a PostgreSQL database instead of the SQLite file."""
+    replica_name: str | None = None
+    """``[replica] name``: this replica's name (default: host and process id)."""
+    lease_s: float = 3.0
+    """``[replica] lease_seconds``: how long the leader's lease lasts unrenewed."""
 
     @property
     def identity_path(self) -> Path:
@@ -239,7 +243,7 @@ def _token_from_file(environ: Mapping[str, str]) -> str:
 def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = None) -> Config:
     """Validate a decoded TOML document. Relative paths are taken from ``base``."""
     _only_keys(data, "", {"telegram", "state", "chats", "templates", "device", "http",
-                          "webapp", "storage"})
+                          "webapp", "storage", "replica"})
     telegram = _table(data, "telegram")
     _only_keys(telegram, "telegram.",
                {"token", "api_url", "admins", "chat_pace_seconds", "timezone", "mode",
@@ -284,7 +288,20 @@ def parse_config(data: Mapping[str, Any], *, base: Path, source: Path | None = N
         webhook=_webhook(telegram, http, base),
         webapp=_webapp(_table(data, "webapp"), http),
         storage_url=_storage(_table(data, "storage"), base),
+        **_replica(_table(data, "replica")),
     )
+
+
+def _replica(replica: Mapping[str, Any]) -> dict[str, Any]:
+    """``[replica] name`` and ``lease_seconds``, as :class:`Config`'s fields."""
+    _only_keys(replica, "replica.", {"name", "lease_seconds"})
+    name = _string(replica, "replica.name", "")
+    if name and not name.isprintable():
+        raise ConfigError("replica.name: must be printable text")
+    lease = replica.get("lease_seconds", 3.0)
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not 1 <= lease <= 60:
+        raise ConfigError("replica.lease_seconds: must be a number from 1 to 60")
+    return {"replica_name": name or None, "lease_s": float(lease)}
 
 
 def _storage(storage: Mapping[str, Any], base: Path) -> str | None:

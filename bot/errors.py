@@ -99,6 +99,11 @@ def store_error(message: str, cause: BaseException) -> StoreError:
     return StoreError(message)
 
 
+class UpdateTaken(SkaldError):
+    """Another replica marked the update being handled first: what this one did for it is
+    rolled back."""
+
+
 class RelayError(SkaldError):
     """The relay connection failed or the relay answered with an error."""
 

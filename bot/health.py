@@ -95,7 +95,7 @@ def check_status(path: Path, *, now: float | None = None) -> tuple[bool, str]:
         if shortest > RELAY_GRACE_S:
             return False, (f"no relay connected for {shortest:.0f} s: {', '.join(down)} "
                            "(is the relay running and reachable?)")
-    database = _database(store)
+    database = _database(store) + _leader(status.get("replica"))
     if down:
         return True, f"running; relay(s) not connected: {', '.join(down)}{database}"
     return True, f"running; {len(relays)} relay session(s) up{database}"
@@ -107,6 +107,17 @@ def _database(store: object) -> str:
     if not isinstance(store, dict) or not isinstance(store.get("database"), str):
         return ""
     return f"; state database {store['database']} (schema {store.get('schema')})"
+
+
+def _leader(replica: object) -> str:
+    """``; replica a leads (this one)``, or ``""`` from a bot that did not say."""
+    if not isinstance(replica, dict) or not isinstance(replica.get("name"), str):
+        return ""
+    leader, name = replica.get("leader"), replica["name"]
+    if not isinstance(leader, str):
+        return f"; replica {name}, no leader yet"
+    return f"; replica {leader} leads" + (" (this one)" if leader == name else
+                                           f", this is {name}")
 
 
 def _down_for(relay: dict[str, object], now: float | None) -> float:

@@ -17,20 +17,26 @@ class RelayPool:
     delivered envelopes to the bridge and flushing the bridge's outbox.
 
     :meth:`act_on` acts on what a use case changed, after its commit: it flushes the relays
-    with new envelopes and hands the rest to ``after`` (which wakes the card worker)."""
+    with new envelopes and hands the rest to ``after`` (which wakes the card worker).
+
+    A pool that does not ``lead`` (a replica that follows) opens no session until
+    :meth:`lead`: the leading replica sends what this one puts in the outbox."""
 
     def __init__(
-        self, bridge: Bridge, *, after: Callable[[Changes], None], **client_options: float
+        self, bridge: Bridge, *, after: Callable[[Changes], None], leads: bool = True,
+        **client_options: float,
     ) -> None:
         self._bridge = bridge
         self._after = after
+        self._leads = leads
         self._options = client_options
         self._clients: dict[str, RelayClient] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def ensure(self, url: str) -> None:
-        """Open a session with ``url`` unless one is already running."""
-        if url in self._clients:
+        """Open a session with ``url`` unless one is already running (or this replica
+        does not lead)."""
+        if url in self._clients or not self._leads:
             return
 
         async def handle(envelopes: list[dict[str, object]]) -> None:
@@ -57,6 +63,11 @@ class RelayPool:
         """Whether the session task for ``url`` still runs (it only ends on :meth:`stop`)."""
         task = self._tasks.get(url)
         return task is not None and not task.done()
+
+    def lead(self) -> None:
+        """This replica leads from now on: open every session it needs."""
+        self._leads = True
+        self.ensure_all()
 
     def ensure_all(self) -> None:
         for url in sorted(self._bridge.relay_urls()):

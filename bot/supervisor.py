@@ -73,6 +73,12 @@ class Supervisor:
         self.states[name] = TaskState()
         self._tasks[name] = asyncio.create_task(self._keep(name, factory), name=name)
 
+    def give_up(self, reason: str) -> None:
+        """Stop the process (exit 1) for ``reason``, as when a task keeps failing."""
+        self.reason = reason
+        log.critical("giving up: %s", reason)
+        self.failed.set()
+
     def liveness(self) -> dict[str, dict[str, object]]:
         return {name: state.to_json() for name, state in self.states.items()}
 

@@ -74,8 +74,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start(folder: Path) -> str:
-    """Start a cluster in ``folder`` (made if missing); its URL."""
+DURABLE_OPTIONS = "-c max_connections=300 -c listen_addresses=127.0.0.1"
+"""A server that waits for its disk as a production one does (for measurements)."""
+
+
+def start(folder: Path, options: str = SERVER_OPTIONS) -> str:
+    """Start a cluster in ``folder`` (made if missing) with the server ``options``; its
+    URL."""
     folder.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
@@ -83,7 +88,7 @@ def start(folder: Path) -> str:
     _run([str(server_program("initdb")), "-D", str(data), "-U", SUPERUSER, "-A", "trust",
           "--no-sync", "-E", "UTF8", "--locale=C"])
     _run([str(server_program("pg_ctl")), "-D", str(data), "-l", str(folder / "server.log"),
-          "-w", "-t", "60", "-o", f"-p {port} -k {folder} {SERVER_OPTIONS}", "start"])
+          "-w", "-t", "60", "-o", f"-p {port} -k {folder} {options}", "start"])
     return f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres"
 
 

@@ -24,13 +24,15 @@ pytestmark = pytest.mark.usefixtures("state_store")
 
 @asynccontextmanager
 async def bot_process(
-    world: World, pace: float = 0.0, *, settings: str = ""
+    world: World, pace: float = 0.0, *, settings: str = "", name: str = ""
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """``python -m bot run``; ``settings`` (TOML lines) go into its ``[telegram]`` table,
-    or into tables of their own after a table header."""
-    config = world.tmp / "skald-telegram.toml"
+    or into tables of their own after a table header. ``name``: a replica's, with a
+    configuration, state folder and log of its own (``state-<name>``)."""
+    suffix = f"-{name}" if name else ""
+    config = world.tmp / f"skald-telegram{suffix}.toml"
     config.write_text(
-        f'[state]\ndir = "{world.tmp / "state"}"\n{storage_toml()}'
+        f'[state]\ndir = "{world.tmp / f"state{suffix}"}"\n{storage_toml()}'
         f'[telegram]\napi_url = "{world.tg.api_url}"\nadmins = [{ADA}]\n'
         f"chat_pace_seconds = {pace}\n{settings}"
     )
@@ -38,7 +40,7 @@ async def bot_process(
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot", "run", "--config", str(config),
         env=env, cwd=world.tmp, stdout=asyncio.subprocess.DEVNULL,
-        stderr=open(world.tmp / "bot.log", "ab"),  # noqa: SIM115
+        stderr=open(world.tmp / f"bot{suffix}.log", "ab"),  # noqa: SIM115
     )
     try:
         yield process

@@ -80,8 +80,10 @@ EXCEPTIONS = {
 
 SHELL_IMPORTERS = {
     "bot.cli": {"bot.__main__", "bot.cli"},
-    # The bridge writes the store; the process wires it, the command line opens it to read.
-    "bot.store": {"bot.store", "bot.bridge", "bot.app", "bot.cli", "bot.doctor"},
+    # The bridge writes the store; the process wires it, the command line opens it to read;
+    # the replicas renew their leases in it (who leads is no state of the bot's).
+    "bot.store": {"bot.store", "bot.bridge", "bot.app", "bot.cli", "bot.doctor",
+                  "bot.replicas"},
     "bot.testing": {"bot.testing", "bot.demo", "bot.demo_agent", "bot.playground", "bot.cli"},
     # The test agent checks an edit by the agent host's pure rules (bot.agenthost.edits).
     "bot.agenthost": {"bot.agenthost", "bot.integrations", "bot.cli", "bot.testing.agent"},

@@ -18,6 +18,7 @@ from bot.cli import main as cli_main
 from bot.config import load_config, parse_config
 from bot.errors import ConfigError, StoreError
 from bot.health import check_status
+from bot.replicas import default_name
 from bot.store import SCHEMA_VERSION, Store
 
 PASSWORD = "hunter2-not-shown"
@@ -125,7 +126,8 @@ async def test_doctor_and_health_say_where_the_state_is(
         out = capsys.readouterr().out
         relay_url = w.relay.url
     shown = url.replace(PASSWORD, "•••")
-    assert healthy and detail.endswith(f"; state database {shown} (schema {SCHEMA_VERSION})")
+    assert healthy and detail.endswith(f"; state database {shown} (schema {SCHEMA_VERSION})"
+                                       f"; replica {default_name()} leads (this one)")
     assert f"✓ database: {shown} (schema {SCHEMA_VERSION})" in out
     assert code == 0 and f"✓ relay {relay_url}: reachable" in out
     assert PASSWORD not in out + detail

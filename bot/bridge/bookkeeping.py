@@ -159,18 +159,19 @@ class Bookkeeping(BridgeBase):
             for update_id, body in updates:
                 self._store.updates.add(update_id, body)
 
-    def held_updates(self) -> list[tuple[int, str]]:
-        return self._store.updates.pending()
+    def claim_updates(self, replica: str) -> list[tuple[int, str]]:
+        """Held updates ``replica`` handles next (see :meth:`Updates.claim`)."""
+        return self._store.updates.claim(replica, self.now_ms())
 
     def next_update_offset(self) -> int | None:
         return self._store.updates.next_offset()
 
-    def update_handled(self, update_id: int) -> None:
+    def update_handled(self, update_id: int) -> bool:
         """Mark an update handled: inside a transaction in progress, as part of it;
         otherwise (its handler changed nothing) without waiting for the disk, like
-        :meth:`hold_updates`."""
+        :meth:`hold_updates`. False when another replica marked it first."""
         with self._store.transaction(durable=False):
-            self._store.updates.done(update_id)
+            return self._store.updates.done(update_id)
 
     def prune_updates(self) -> None:
         self._store.updates.prune()

@@ -88,31 +88,36 @@ class Decisions(BridgeBase):
         the edited call."""
         now = self.now_ms()
         voter = Voter(tapper.telegram_user_id or 0, tapper.name, now)
-        card = self._store.cards.by_token(token)
-        item = self._store.items.get(card.agent_id, card.item_id) if card else None
-        if card is None or item is None or card.chat_id != chat_id:
-            self.record_refused_tap(chat_id, tapper, action.name.lower(), Refusal.UNKNOWN_CARD)
-            return TapReport(Refused(Refusal.UNKNOWN_CARD))
-        parsed = parse_item(item)
-        policy = self.policy(chat_id)
-        edited = self._store.edits.of(card.card_id)
-        edited_args = edited.arguments if edited is not None else None
-        view = ItemView(
-            kind=item.kind,
-            open=item.state == "open",
-            expired=item.expires_at is not None and item.expires_at <= now,
-            bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
-            options=parsed.options if isinstance(parsed, Clarification) else (),
-            grant_minutes=self._offered_minutes(parsed, policy, card.agent_id),
-            editable=editable and isinstance(parsed, Approval) and bool(parsed.editable),
-            edit_revision=edited.revision if edited is not None and edited_args else 0,
-        )
-        votes = tuple(Voter(v.user_id, v.name, v.at) for v in self._store.cards.votes(card.card_id))
-        result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
-                              required=policy.required_approvals, voters=votes, option=option,
-                              text=text)
-        changes = REDRAW
+        # Everything read and written under the card's lock: two taps on one card, in two
+        # processes sharing the database, come out as in one.
         with self._store.transaction():
+            self._store.cards.lock(token)
+            card = self._store.cards.by_token(token)
+            item = self._store.items.get(card.agent_id, card.item_id) if card else None
+            if card is None or item is None or card.chat_id != chat_id:
+                self.record_refused_tap(chat_id, tapper, action.name.lower(),
+                                        Refusal.UNKNOWN_CARD)
+                return TapReport(Refused(Refusal.UNKNOWN_CARD))
+            parsed = parse_item(item)
+            policy = self.policy(chat_id)
+            edited = self._store.edits.of(card.card_id)
+            edited_args = edited.arguments if edited is not None else None
+            view = ItemView(
+                kind=item.kind,
+                open=item.state == "open",
+                expired=item.expires_at is not None and item.expires_at <= now,
+                bound=self._store.agents.is_bound(card.agent_id, card.chat_id),
+                options=parsed.options if isinstance(parsed, Clarification) else (),
+                grant_minutes=self._offered_minutes(parsed, policy, card.agent_id),
+                editable=editable and isinstance(parsed, Approval) and bool(parsed.editable),
+                edit_revision=edited.revision if edited is not None and edited_args else 0,
+            )
+            votes = tuple(Voter(v.user_id, v.name, v.at)
+                          for v in self._store.cards.votes(card.card_id))
+            result = evaluate_tap(action, tapper=voter, item=view, approvers=approvers,
+                                  required=policy.required_approvals, voters=votes,
+                                  option=option, text=text)
+            changes = REDRAW
             if view.open:  # the card's tally shows only votes that still count
                 self._drop_lapsed_votes(card, votes, approvers, now)
             self._store.audit.append(
@@ -133,7 +138,7 @@ class Decisions(BridgeBase):
                                         edited=edited if edited_args else None)
             elif isinstance(result, Answered):
                 changes |= self._answer(card, item.item_id, result.answer, tapper, now)
-        item = self._store.items.get(card.agent_id, card.item_id)
+            item = self._store.items.get(card.agent_id, card.item_id)
         return TapReport(result, card, item, changes)
 
     def grant_minutes(self, item: Approval | Clarification, chat_id: int, agent_id: str) -> int:

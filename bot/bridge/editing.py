@@ -84,55 +84,60 @@ class Editing(Decisions):
         is refused as outdated: the edit would stand on a version the person has not
         seen."""
         user_id = tapper.telegram_user_id or 0
-        card = self._store.cards.get(card_id)
-        item = self._store.items.get(card.agent_id, card.item_id) if card else None
-        if card is None or item is None or card.chat_id != chat_id:
-            self.record_refused_tap(chat_id, tapper, "edit", Refusal.UNKNOWN_CARD)
-            return EditReport(refusal=Refusal.UNKNOWN_CARD)
-        approval = parse_item(item)
-        now = self.now_ms()
-        may_edit = isinstance(approval, Approval) and key in offered \
-            and key in approval.editable and isinstance(approval.arguments, dict)
-        view = ItemView(kind=item.kind, open=item.state == "open",
-                        expired=item.expires_at is not None and item.expires_at <= now,
-                        bound=self._store.agents.is_bound(card.agent_id, chat_id),
-                        editable=may_edit)
-        result = evaluate_tap(Action.EDIT, tapper=Voter(user_id, tapper.name, now), item=view,
-                              approvers=approvers, required=1, voters=())
-        if not isinstance(result, AskEdit) or not isinstance(approval, Approval):
-            reason = result.reason if isinstance(result, Refused) else Refusal.WRONG_BUTTON
-            self.record_refused_tap(chat_id, tapper, "edit", reason)
-            return EditReport(card, refusal=reason)
-        original: dict[str, Any] = approval.arguments
-        standing = self._store.edits.of(card_id)
-        current = standing.arguments if standing is not None and standing.arguments \
-            else original
-        shown = standing.revision if standing is not None and standing.arguments else 0
-        if revision is not None and revision != shown:
-            self.record_refused_tap(chat_id, tapper, "edit", Refusal.OUTDATED)
-            return EditReport(card, refusal=Refusal.OUTDATED, revision=shown)
-        try:
-            edited = edited_arguments(current, key, new_value(original[key], text))
-        except EditRefused as exc:
-            return EditReport(card, problem=str(exc), revision=shown)
+        # Under the card's lock, as a tap is: an edit and a tap on one card in two
+        # processes sharing the database come out as in one.
         with self._store.transaction():
-            if prompt_id is not None:
-                self._store.edits.drop_prompt(chat_id, prompt_id)
-            if same_arguments(edited, current):
-                return EditReport(card, revision=shown, changes=NOTHING)
-            kept = None if same_arguments(edited, original) else edited
-            made = self._store.edits.put(card_id, kept, user_id=user_id,
-                                         user_name=tapper.name, at=now)
-            dropped = self._store.cards.votes(card_id)
-            for vote in dropped:
-                self._store.cards.remove_vote(card_id, vote.user_id)
-            self._store.cards.mark_dirty(card_id)
-            self._store.audit.append(
-                "edit", at=now, chat_id=chat_id, agent_id=card.agent_id,
-                item_id=card.item_id, user_id=user_id, user_name=tapper.name, key=key,
-                before=current[key], after=edited[key], revision=made,
-                args_sha256=args_sha256(original),
-                edited_sha256=args_sha256(kept) if kept is not None else None,
-                votes_dropped=[{"user_id": v.user_id, "name": v.name} for v in dropped],
-            )
-        return EditReport(card, revision=made if kept is not None else 0, changes=REDRAW)
+            card = self._store.cards.get(card_id)
+            if card is not None:
+                self._store.cards.lock(card.token)
+            item = self._store.items.get(card.agent_id, card.item_id) if card else None
+            if card is None or item is None or card.chat_id != chat_id:
+                self.record_refused_tap(chat_id, tapper, "edit", Refusal.UNKNOWN_CARD)
+                return EditReport(refusal=Refusal.UNKNOWN_CARD)
+            approval = parse_item(item)
+            now = self.now_ms()
+            may_edit = isinstance(approval, Approval) and key in offered \
+                and key in approval.editable and isinstance(approval.arguments, dict)
+            view = ItemView(kind=item.kind, open=item.state == "open",
+                            expired=item.expires_at is not None and item.expires_at <= now,
+                            bound=self._store.agents.is_bound(card.agent_id, chat_id),
+                            editable=may_edit)
+            result = evaluate_tap(Action.EDIT, tapper=Voter(user_id, tapper.name, now), item=view,
+                                  approvers=approvers, required=1, voters=())
+            if not isinstance(result, AskEdit) or not isinstance(approval, Approval):
+                reason = result.reason if isinstance(result, Refused) else Refusal.WRONG_BUTTON
+                self.record_refused_tap(chat_id, tapper, "edit", reason)
+                return EditReport(card, refusal=reason)
+            original: dict[str, Any] = approval.arguments
+            standing = self._store.edits.of(card_id)
+            current = standing.arguments if standing is not None and standing.arguments \
+                else original
+            shown = standing.revision if standing is not None and standing.arguments else 0
+            if revision is not None and revision != shown:
+                self.record_refused_tap(chat_id, tapper, "edit", Refusal.OUTDATED)
+                return EditReport(card, refusal=Refusal.OUTDATED, revision=shown)
+            try:
+                edited = edited_arguments(current, key, new_value(original[key], text))
+            except EditRefused as exc:
+                return EditReport(card, problem=str(exc), revision=shown)
+            with self._store.transaction():
+                if prompt_id is not None:
+                    self._store.edits.drop_prompt(chat_id, prompt_id)
+                if same_arguments(edited, current):
+                    return EditReport(card, revision=shown, changes=NOTHING)
+                kept = None if same_arguments(edited, original) else edited
+                made = self._store.edits.put(card_id, kept, user_id=user_id,
+                                             user_name=tapper.name, at=now)
+                dropped = self._store.cards.votes(card_id)
+                for vote in dropped:
+                    self._store.cards.remove_vote(card_id, vote.user_id)
+                self._store.cards.mark_dirty(card_id)
+                self._store.audit.append(
+                    "edit", at=now, chat_id=chat_id, agent_id=card.agent_id,
+                    item_id=card.item_id, user_id=user_id, user_name=tapper.name, key=key,
+                    before=current[key], after=edited[key], revision=made,
+                    args_sha256=args_sha256(original),
+                    edited_sha256=args_sha256(kept) if kept is not None else None,
+                    votes_dropped=[{"user_id": v.user_id, "name": v.name} for v in dropped],
+                )
+            return EditReport(card, revision=made if kept is not None else 0, changes=REDRAW)

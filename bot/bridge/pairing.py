@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 from bot.bridge.base import REDRAW, BridgeBase, Changes
@@ -13,6 +14,7 @@ from bot.protocol.payloads import encode_payload
 from bot.store import StoreView
 
 PAIRING_TIMEOUT_S = 30.0
+LOOK_AGAIN_S = 0.25
 """How long ``/pair`` and ``skald-telegram pair`` wait for the agent to accept."""
 
 
@@ -61,7 +63,10 @@ async def wait_until_paired(
                 raise PairingError(
                     f"the agent refused the pairing: {REFUSALS.get(reason, reason)}")
             changed.clear()
-            await changed.wait()
+            # Another replica (the leading one) may apply the acceptance: look again now
+            # and then rather than wait only for this process's changes.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), LOOK_AGAIN_S)
 
 
 def _accepted(view: StoreView, agent_id: str) -> bool:

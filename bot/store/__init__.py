@@ -25,6 +25,7 @@ from bot.store.digests import Digests
 from bot.store.edits import Edits
 from bot.store.grants import Grants
 from bot.store.items import Items
+from bot.store.leases import Leases
 from bot.store.outbox import Outbox
 from bot.store.port import StateStore, StoreView
 from bot.store.sql import Sql
@@ -49,6 +50,7 @@ class Store:
         self.updates = Updates(db)
         self.digests = Digests(db)
         self.edits = Edits(db)
+        self.leases = Leases(db)
 
     @classmethod
     def open(cls, where: Path | str, *, migrate: bool = False) -> Store:

@@ -104,6 +104,12 @@ class CardsView:
 class Cards(CardsView):
     """Reading and writing cards, votes and prompts."""
 
+    def lock(self, token: str) -> None:
+        """Inside a transaction: hold the card of ``token`` until it ends, so that another
+        process's change to it waits (a no-op where one process has the database)."""
+        if self._db.shared:
+            self._db.run("SELECT card_id FROM cards WHERE token = ? FOR UPDATE", (token,))
+
     def add_many(self, cards: list[tuple[str, str, int, int | None, str]]) -> None:
         """Plan cards, each ``(agent_id, item_id, chat_id, topic_id, token)``: one for an
         item in a chat (a chat that already has one keeps it), each with a random

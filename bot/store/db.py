@@ -297,6 +297,16 @@ MIGRATIONS: Final[tuple[Step, ...]] = (
         )""",
         "CREATE INDEX edit_prompts_card ON edit_prompts (card_id)",
     ),
+    # Several replicas on one database: the leader's lease and each replica's, and which
+    # replica handles a held update.
+    (
+        """CREATE TABLE leases (
+            name TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            expires_at INTEGER NOT NULL
+        )""",
+        "ALTER TABLE updates ADD COLUMN claimed_by TEXT",
+    ),
 )
 """The schema's steps; ``PRAGMA user_version`` says how many a file has taken."""
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -340,6 +350,7 @@ class Database(Nesting):
         self._connection = connection
         self.path = path
         self._lock = threading.RLock()
+        self.shared = False
         self.durable_commits = 0
         """Commits that waited for the disk so far."""
         self.before_commit: Callable[[], None] = lambda: None

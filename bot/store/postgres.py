@@ -126,6 +126,7 @@ class PostgresDatabase(Nesting):
         self._lock = threading.RLock()
         self._connection: psycopg.Connection[Any] | None = None
         self._wrote = False
+        self.shared = True
         self.durable_commits = 0
         self.before_commit: Callable[[], None] = lambda: None
         self.health = StoreHealth(f"the state database {self._shown}", log)

@@ -44,6 +44,9 @@ class Sql(Protocol):
     :class:`~bot.errors.StoreUnavailable` when the database itself cannot work for now."""
 
     health: StoreHealth
+    shared: bool
+    """Whether several processes may use the database at once (PostgreSQL): rows are then
+    locked (``FOR UPDATE``) where two of them could change the same ones."""
     durable_commits: int
     before_commit: Callable[[], None]
     """Runs inside every outermost transaction just before it commits."""

@@ -30,7 +30,7 @@ from telegram.ext import Application
 from bot.backoff import Backoff, Retries
 from bot.bridge import Bridge
 from bot.clock import SYSTEM_CLOCK, Clock
-from bot.errors import BotApiError, StoreUnavailable
+from bot.errors import BotApiError, StoreUnavailable, UpdateTaken
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,14 @@ class UpdateInbox:
         allowed_updates: Sequence[str],
         long_poll_s: float = LONG_POLL_S,
         clock: Clock = SYSTEM_CLOCK,
+        replica: str = "",
+        look_again_s: float | None = None,
     ) -> None:
+        """``replica``: the name this process claims held updates under; ``look_again_s``:
+        how often to look for updates other replicas held (None: only this one holds)."""
         self._application = application
+        self._replica = replica
+        self._look_again_s = look_again_s
         self._bridge = bridge
         self._allowed = list(allowed_updates)
         self._long_poll_s = long_poll_s
@@ -151,8 +157,9 @@ class UpdateInbox:
         while True:
             self._arrived.clear()
             try:
-                for update_id, body in self._bridge.held_updates():
-                    await self._handle_one(update_id, body)
+                while claimed := self._bridge.claim_updates(self._replica):
+                    for update_id, body in claimed:
+                        await self._handle_one(update_id, body)
             except StoreUnavailable as exc:
                 # Not marked handled: handled again once the store can write.
                 delay = retries.next_delay()
@@ -161,7 +168,10 @@ class UpdateInbox:
                 await self._clock.sleep(delay)
                 continue
             retries.reset()
-            await self._arrived.wait()
+            if self._look_again_s is None:
+                await self._arrived.wait()
+            else:
+                await self._clock.wait(self._arrived, self._look_again_s)
 
     async def _handle_one(self, update_id: int, body: str) -> None:
         try:
@@ -192,7 +202,8 @@ class UpdateInbox:
         transaction as its first change."""
         update_id = _handling.get()
         if update_id is not None and asyncio.current_task() is self._handler_task:
-            self._bridge.update_handled(update_id)
+            if not self._bridge.update_handled(update_id):
+                raise UpdateTaken(f"update {update_id} was handled by another replica")
             _handling.set(None)
 
 

@@ -44,6 +44,10 @@ class Webhook:
         self.allowed: frozenset[str] | None = None
         self.forward_to: str | None = None
         """``http://host:port`` that stands for the URL's ``https://host`` (the proxy)."""
+        self.spread_to: list[str] = []
+        """Like :attr:`forward_to`, several: posts go to each in turn, as a load balancer
+        in front of replicas sends them (one left unanswered goes to the next)."""
+        self._turn = 0
         self.retry_s = 0.1
         self.deliveries: list[Delivery] = []
         self._task: asyncio.Task[None] | None = None
@@ -130,7 +134,11 @@ class Webhook:
     async def _post(self, client: httpx.AsyncClient, update: dict[str, Any]) -> int:
         parts = urlsplit(self.url)
         target = self.url
-        if self.forward_to:
+        if self.spread_to:
+            self._turn += 1
+            base = self.spread_to[self._turn % len(self.spread_to)]
+            target = base.rstrip("/") + (parts.path or "/")
+        elif self.forward_to:
             target = self.forward_to.rstrip("/") + (parts.path or "/")
         headers = {SECRET_HEADER: self.secret} if self.secret is not None else {}
         try:
