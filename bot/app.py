@@ -179,6 +179,7 @@ class Bot:
         renderer = Renderer(config.templates_dir)
         gateway = Gateway(application.bot)
         bridge = Bridge(identity=identity, store=store, config=config, clock=self._clock)
+        stack.callback(bridge.close)
         approvers = ApproverLookup(bot=application.bot, bridge=bridge)
         worker = CardWorker(bridge=bridge, gateway=gateway, renderer=renderer, config=config,
                             clock=self._clock, bot_username=username or "")

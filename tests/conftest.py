@@ -159,4 +159,5 @@ def bridge_and_agent(tmp_path: Path, state_store: Path | str
                                "agent"), 0)
     store.agents.bind(agent.id, 5, None, 0)
     yield bridge, agent, store
+    bridge.close()
     store.close()

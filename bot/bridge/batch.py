@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from bot.bridge.base import held_log, short
 from bot.errors import EnvelopeRefused, RefusalReason
-from bot.protocol.envelope import Opened, Unsealed, accept
+from bot.protocol.envelope import Checked, Opened, Unsealed, accept
 from bot.protocol.payloads import InboxUpdate
 from bot.protocol.snapshot import SeenSnapshot, rev_hint, snapshot_rev
 
@@ -68,17 +68,17 @@ class BatchReplay:
         return envelope_id in self.ids or envelope_id in self.stored
 
 
-_Hinted = tuple[int, Unsealed]
+Hinted = tuple[int, Unsealed]
 """An envelope, and the revision its snapshot seems to have (:func:`rev_hint`)."""
 
 
-def stretches(unsealed: Sequence[Unsealed]) -> list[list[_Hinted]]:
+def stretches(unsealed: Sequence[Unsealed]) -> list[list[Hinted]]:
     """The batch in groups, in order of each group's first envelope: each stretch of one
     agent's envelopes that all seem to hold snapshots (two or more, nothing else of the
     agent's in between), and every other envelope alone."""
     senders = collections.Counter(item.envelope.sender for item in unsealed)
-    groups: list[list[_Hinted]] = []
-    open_stretch: dict[str, list[_Hinted]] = {}
+    groups: list[list[Hinted]] = []
+    open_stretch: dict[str, list[Hinted]] = {}
     for item in unsealed:
         sender = item.envelope.sender
         hint = None
@@ -103,13 +103,17 @@ class Batch:
 
     reading: dict[str, SeenSnapshot]
     replay: BatchReplay
+    checked: dict[int, Checked] = field(default_factory=dict)
+    """Envelopes checked ahead (:func:`bot.protocol.envelope.check`), by the ``id()`` of
+    their :class:`Unsealed` (envelope ids may repeat in a batch)."""
 
     def accept(self, item: Unsealed, now: int) -> Received | None:
         """One envelope opened, or None (refused: logged)."""
         sender = item.envelope.sender
         basis = self.reading.get(sender)
         try:
-            opened = accept(item, now_ms=now, replay=self.replay, seen=self.reading)
+            opened = accept(item, now_ms=now, replay=self.replay, seen=self.reading,
+                            checked=self.checked.get(id(item)))
         except EnvelopeRefused as refusal:
             dropped(item.envelope.id, sender, refusal)
             return None
@@ -122,7 +126,7 @@ class Batch:
                 self.reading[sender] = seen
         return Received(opened, basis)
 
-    def accept_stretch(self, stretch: list[_Hinted], now: int) -> list[Received]:
+    def accept_stretch(self, stretch: list[Hinted], now: int) -> list[Received]:
         """The newest snapshot of a stretch that opens, standing for the others, when they
         are all older snapshots; or else each that opens, in order."""
         refused: set[int] = set()

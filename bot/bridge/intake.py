@@ -10,15 +10,27 @@ import operator
 import traceback
 from collections.abc import Sequence
 
+from bot.bridge.apart import APART_BYTES, Apart
 from bot.bridge.applying import Applying
 from bot.bridge.base import NOTHING, PAIRING_WINDOW_MS, REDRAW, Changes, held_log, short
-from bot.bridge.batch import Batch, BatchReplay, Received, Snapshots, dropped, stretches
+from bot.bridge.batch import (
+    Batch,
+    BatchReplay,
+    Hinted,
+    Received,
+    Snapshots,
+    dropped,
+    stretches,
+)
+from bot.clock import Clock
+from bot.config import Config
 from bot.core.model import Pairing
 from bot.errors import EnvelopeRefused, StoreUnavailable
 from bot.protocol.envelope import Unsealed, unseal
-from bot.protocol.identity import PublicCard
+from bot.protocol.identity import Identity, PublicCard
 from bot.protocol.payloads import InboxRequest
-from bot.protocol.snapshot import SeenSnapshot
+from bot.protocol.snapshot import SeenSnapshot, held_bytes
+from bot.store import StateStore
 
 OFF_LOOP_BYTES = 16 * 1024
 """Deliveries whose ciphertext adds up to at least this are opened and applied in a thread."""
@@ -26,6 +38,15 @@ OFF_LOOP_BYTES = 16 * 1024
 
 class Intake(Applying):
     """Opens delivered envelopes and applies them; keeps the relays' outbox."""
+
+    def __init__(self, *, identity: Identity, store: StateStore, config: Config,
+                 clock: Clock) -> None:
+        super().__init__(identity=identity, store=store, config=config, clock=clock)
+        self._apart = Apart()
+
+    def close(self) -> None:
+        """Stop the process checking large envelopes, if it was started."""
+        self._apart.close()
 
     def relay_urls(self) -> set[str]:
         """Every relay the bot must keep a session with: its peers' and pending pairings'."""
@@ -119,13 +140,31 @@ class Intake(Applying):
         tell that they are older snapshots (:func:`snapshot_rev`)."""
         batch = Batch(reading=dict(seen), replay=BatchReplay(
             self._store.outbox.seen_among({item.envelope.id for item in unsealed})))
+        groups = stretches(unsealed)
+        self._check_apart(batch, groups)
         received: list[Received] = []
-        for group in stretches(unsealed):
+        for group in groups:
             if len(group) > 1:
                 received += batch.accept_stretch(group, now)
             elif (delivery := batch.accept(group[0][1], now)) is not None:
                 received.append(delivery)
         return received
+
+    def _check_apart(self, batch: Batch, groups: Sequence[Sequence[Hinted]]) -> None:
+        """Check in the process apart the envelopes that will be read (each alone, or the
+        newest of a stretch) and hold much that is new: read in full there, an unchanged
+        large item would cost this process more to take back than to read here."""
+        ahead = []
+        for group in groups:
+            item = max(group, key=lambda hinted: hinted[0])[1]
+            before = batch.reading.get(item.envelope.sender)
+            if item.plaintext is not None \
+                    and len(item.plaintext) - held_bytes(before) >= APART_BYTES:
+                ahead.append(item)
+        if ahead:
+            for item, checked in zip(ahead, self._apart.check_all(ahead), strict=True):
+                if checked is not None:
+                    batch.checked[id(item)] = checked
 
     def _unseal_all(self, raws: Sequence[dict[str, object]], now: int) -> list[Unsealed]:
         """Each envelope from a peer (or an agent the bot is pairing with) decrypted, in

@@ -298,20 +298,50 @@ def unseal(raw: object, *, me: Identity, peers: Mapping[str, PublicCard]) -> Uns
     return Unsealed(envelope, info, peer, _decrypt(envelope, info, me))
 
 
+@dataclass(frozen=True)
+class Checked:
+    """The costly part of :func:`accept`, which may be done ahead and elsewhere (another
+    process): an unsealed envelope's signature checked and its payload read in full, or
+    the refusal met on the way."""
+
+    outcome: Read | tuple[RefusalReason, str] = field(repr=False)
+    """The payload read, or why the envelope is refused (a pair: it crosses processes)."""
+
+
+def check(unsealed: Unsealed) -> Checked:
+    """Rules 3 to 5 of §2 on an unsealed envelope (its signature, its ciphertext, its
+    payload), as :func:`accept` applies them, reading the payload in full."""
+    envelope = unsealed.envelope
+    try:
+        _check_signature(envelope, unsealed.info, unsealed.peer.sign_pub)
+        return Checked(_read(envelope, _opened(envelope, unsealed.plaintext), {}))
+    except EnvelopeRefused as refusal:
+        return Checked((refusal.reason, refusal.detail))
+
+
 def accept(
     unsealed: Unsealed,
     *,
     now_ms: int,
     replay: ReplayGuard,
     seen: Mapping[str, SeenSnapshot] | None = None,
+    checked: Checked | None = None,
 ) -> Opened:
     """Apply the rest of §2's rules to an unsealed envelope, in order, and return what was
-    opened (see :func:`open_envelope`)."""
+    opened (see :func:`open_envelope`).
+
+    ``checked``: :func:`check` of this envelope done ahead (a payload read in full holds
+    whatever ``seen`` would have spared reading); used only with ``seen``."""
     envelope = unsealed.envelope
-    _check_signature(envelope, unsealed.info, unsealed.peer.sign_pub)
-    plaintext = _opened(envelope, unsealed.plaintext)
-    return _checked(envelope, _read(envelope, plaintext, seen), unsealed.peer, plaintext,
-                    now_ms, replay, seen)
+    if checked is None or seen is None:
+        _check_signature(envelope, unsealed.info, unsealed.peer.sign_pub)
+        plaintext = _opened(envelope, unsealed.plaintext)
+        read = _read(envelope, plaintext, seen)
+    elif isinstance(checked.outcome, tuple):
+        raise EnvelopeRefused(*checked.outcome)
+    else:
+        plaintext, read = _opened(envelope, unsealed.plaintext), checked.outcome
+    return _checked(envelope, read, unsealed.peer, plaintext, now_ms, replay, seen)
 
 
 def open_envelope(

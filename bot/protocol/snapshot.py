@@ -21,6 +21,7 @@ supersedes can be left unread.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import re
 from array import array
@@ -524,3 +525,38 @@ def _skip(text: str, pos: int) -> int:
     match = _WHITESPACE.match(text, pos)
     assert match is not None  # the pattern matches the empty string
     return match.end()
+
+
+def held_bytes(seen: SeenSnapshot | None) -> int:
+    """How much of a snapshot's text its items took."""
+    if seen is None:
+        return 0
+    return sum(length for part in (seen.approvals, seen.clarifications)
+               for length, _ in part.spans)
+
+
+def rehashed(read: Read) -> Read:
+    """``read``, made in another process, remembered with this process's hashes (a str's
+    hash is keyed afresh in every process): read in full next time when nothing says where
+    its items lie."""
+    seen, layout = read.seen, read.layout
+    if seen is None:
+        return read
+    lists = (("approvals", seen.approvals), ("clarifications", seen.clarifications))
+    if layout is None or any(part.ids and name not in layout.lists for name, part in lists):
+        return dataclasses.replace(read, seen=None)
+    return dataclasses.replace(read, seen=SeenSnapshot(
+        *(_rehashed(layout, name, part) for name, part in lists)))
+
+
+def _rehashed(layout: Layout, name: str, seen: SeenList) -> SeenList:
+    if not seen.ids:
+        return seen
+    first, text = layout.lists[name][0], layout.text
+    digests = array("q", (hash(text[first + end - length:first + end])
+                          for length, end in zip(seen.lengths, seen.ends, strict=True)))
+    spans, pos = [], first
+    for length, _ in seen.spans:
+        spans.append((length, hash(text[pos:pos + length])))
+        pos += length
+    return SeenList(seen.ids, seen.lengths, digests, tuple(spans), seen.ends)
