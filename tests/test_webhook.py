@@ -27,7 +27,7 @@ from bot.errors import BotApiError, StoreError
 from bot.playground.stub import TelegramStub
 from bot.store import Store
 from bot.store.updates import KEEP_HANDLED
-from bot.tg.webhook import MAX_BODY_BYTES
+from bot.tg.webhook import MAX_BODY_BYTES, REFUSALS_LOGGED_EVERY_S, _Refusals
 
 SECRET = "s3cret_webhook-Token"
 PUBLIC_URL = "https://bot.example.test/telegram/hook"
@@ -91,6 +91,8 @@ async def test_a_post_without_the_secret_or_not_an_update_is_refused_and_not_sto
     async with make_world(tmp_path) as world, webhook_bot(world) as (_, endpoint):
         async with httpx.AsyncClient() as client:
             missing = await client.post(endpoint, json=update)
+            for _ in range(20):  # logged once: whoever reaches the endpoint cannot fill the log
+                await client.post(endpoint, json=update)
             wrong = await client.post(endpoint, json=update,
                                       headers={"X-Telegram-Bot-Api-Secret-Token": SECRET[:-1]})
             good = {"X-Telegram-Bot-Api-Secret-Token": SECRET}
@@ -103,7 +105,9 @@ async def test_a_post_without_the_secret_or_not_an_update_is_refused_and_not_sto
             (400, 400, 413)
         assert held(world) == []
     dropped = [r for r in caplog.records if "not a Telegram update" in r.getMessage()]
-    assert len(dropped) == 2
+    assert len(dropped) == 1
+    refused = [r for r in caplog.records if "wrong or missing secret" in r.getMessage()]
+    assert len(refused) == 1
     assert not [r for r in caplog.records if r.exc_info]
     assert SECRET not in caplog.text
 
@@ -312,3 +316,19 @@ async def test_the_stand_in_refuses_what_telegram_refuses_about_webhooks() -> No
             await bot.delete_webhook()
             assert (await bot.get_webhook_info()).url == ""
             assert await bot.get_updates() == ()
+
+
+def test_refusals_are_logged_once_a_minute_each_with_how_many_were_not(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    refusals = _Refusals(lambda: now[0])
+    for _ in range(5):
+        refusals.log("refused a webhook request", "the last from 10.0.0.9")
+    refusals.log("refused a webhook body", "over 1 byte")
+    now[0] += REFUSALS_LOGGED_EVERY_S
+    refusals.log("refused a webhook request", "the last from 10.0.0.9")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused a webhook request: the last from 10.0.0.9",
+        "refused a webhook body: over 1 byte",
+        "refused a webhook request: the last from 10.0.0.9 (4 more since the last such line)",
+    ]

@@ -5,7 +5,9 @@ Each request must carry the secret given to ``setWebhook`` in
 ``X-Telegram-Bot-Api-Secret-Token`` (compared in constant time; 403 otherwise). Its body is
 held in the update inbox (:mod:`bot.tg.update_inbox`) under its ``update_id``, a copy of one
 held before being ignored, and committed before the 200 that makes Telegram forget it; a
-store that cannot write answers 503, and Telegram posts the update again later.
+store that cannot write answers 503, and Telegram posts the update again later. Refused
+posts are logged once a minute at most for each reason, with how many there were, so that
+anyone who can reach the endpoint cannot fill the log.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import hmac
 import json
 import logging
 import socket
-from collections.abc import Generator
+import time
+from collections.abc import Callable, Generator
 from typing import Final
 
 import uvicorn
@@ -35,30 +38,53 @@ SECRET_HEADER: Final = "X-Telegram-Bot-Api-Secret-Token"
 MAX_BODY_BYTES: Final = 1 << 20
 """Largest body taken: an update is a few kilobytes."""
 START_TIMEOUT_S: Final = 10.0
+REFUSALS_LOGGED_EVERY_S: Final = 60.0
+
+
+class _Refusals:
+    """Logs each reason for refusing a post at most once every
+    :data:`REFUSALS_LOGGED_EVERY_S`, saying how many went unlogged since."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self._logged: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+
+    def log(self, reason: str, detail: str) -> None:
+        now = self._now()
+        if now - self._logged.get(reason, -REFUSALS_LOGGED_EVERY_S) < REFUSALS_LOGGED_EVERY_S:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+            return
+        self._logged[reason] = now
+        unlogged = self._unlogged.pop(reason, 0)
+        more = f" ({unlogged} more since the last such line)" if unlogged else ""
+        log.warning("%s: %s%s", reason, detail, more)
 
 
 class WebhookEndpoint:
     """Answers Telegram's posts: checks the secret, holds the update, then says 200."""
 
-    def __init__(self, inbox: UpdateInbox, secret: str) -> None:
+    def __init__(self, inbox: UpdateInbox, secret: str,
+                 now: Callable[[], float] = time.monotonic) -> None:
         self._inbox = inbox
         self._secret = secret.encode()
+        self._refusals = _Refusals(now)
 
     async def answer(self, request: Request) -> Response:
         given = request.headers.get(SECRET_HEADER, "").encode(errors="replace")
         if not hmac.compare_digest(given, self._secret):
-            log.warning("refused a webhook request from %s: wrong or missing secret token",
-                        _peer(request))
+            self._refusals.log("refused a webhook request: wrong or missing secret token",
+                               f"the last from {_peer(request)}")
             return Response(status_code=403)
         body = await _body(request)
         if body is None:
-            log.warning("refused a webhook body over %d bytes", MAX_BODY_BYTES)
+            self._refusals.log("refused a webhook body", f"over {MAX_BODY_BYTES} bytes")
             return Response(status_code=413)
         text = _text(body)
         update_id = None if text is None else _update_id(text)
         if text is None or update_id is None:
-            log.warning("dropped a webhook body that is not a Telegram update (%d bytes)",
-                        len(body))
+            self._refusals.log("dropped a webhook body that is not a Telegram update",
+                               f"the last {len(body)} bytes")
             return Response(status_code=400)
         try:
             self._inbox.hold([(update_id, text)], durable=True)
