@@ -52,12 +52,13 @@ RULES = (
     Rule("bot.keyfile", may=frozenset({"bot.protocol"})),
     Rule("bot.storefaults", may=frozenset()),
     Rule("bot.dburl", may=frozenset(), pure=True),
+    Rule("bot.pgerrors", may=frozenset()),
     Rule("bot.durable", may=frozenset({"bot.storefaults"})),
     Rule("bot.relay", may=frozenset({"bot.protocol", "bot.signals", "bot.storefaults",
-                                     "bot.durable"})),
+                                     "bot.durable", "bot.dburl", "bot.pgerrors"})),
     # The bot application, bottom up.
     Rule("bot.store", may=frozenset({"bot.core", "bot.storefaults", "bot.durable",
-                                     "bot.dburl"})),
+                                     "bot.dburl", "bot.pgerrors"})),
     Rule("bot.bridge", may=frozenset({"bot.core", "bot.protocol", "bot.store", "bot.config"})),
     # The bridge's shared vocabulary and its batches of envelopes sit below its parts.
     Rule("bot.bridge.base", may=frozenset({"bot.core", "bot.protocol", "bot.store",

@@ -29,13 +29,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from bot.clock import SYSTEM_CLOCK, Clock
-from bot.errors import RelayError, StoreError, StoreUnavailable
+from bot.dburl import masked_url
+from bot.errors import RelayError, StoreError
+from bot.pgerrors import postgres_error
 from bot.relay.limits import QueueLimits
 from bot.relay.queue import (
     DEFAULT_PAGE_BYTES,
@@ -135,25 +136,9 @@ class _WasWaiting(Exception):
     """An envelope of a batch was waiting already: queue them again one by one."""
 
 
-def masked(url: str) -> str:
-    """``url`` without its password, for logs and messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:•••@{parts.hostname or ''}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def pg_error(what: str, cause: psycopg.Error) -> StoreError:
-    """Ours for a psycopg error (``what: the first line of its message``):
-    :class:`StoreUnavailable` when the server is away or the connection broke (worth
-    trying again), a plain :class:`StoreError` otherwise."""
-    message = f"{what}: {one_line(str(cause)) or type(cause).__name__}"
-    if isinstance(cause, psycopg.OperationalError):
-        return StoreUnavailable(message)
-    return StoreError(message)
+    """Ours for a psycopg error: ``what: the first line of its message``."""
+    return postgres_error(f"{what}: {one_line(str(cause)) or type(cause).__name__}", cause)
 
 
 class PostgresQueue:
@@ -198,7 +183,7 @@ class PostgresQueue:
             readers.open(wait=True, timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
             raise RelayError(
-                f"cannot reach the relay queue at {masked(url)}: {one_line(str(exc))}"
+                f"cannot reach the relay queue at {masked_url(url)}: {one_line(str(exc))}"
             ) from exc
         queue = cls(url, readers, limits=limits or QueueLimits(), clock=clock)
         try:
@@ -235,10 +220,10 @@ class PostgresQueue:
                 if version is None:
                     db.execute("INSERT INTO relay_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
         except psycopg.Error as exc:
-            raise pg_error(f"cannot open the relay queue at {masked(self._url)}", exc) from exc
+            raise pg_error(f"cannot open the relay queue at {masked_url(self._url)}", exc) from exc
         if isinstance(version, int) and version > SCHEMA_VERSION:
             raise RelayError(
-                f"the relay queue at {masked(self._url)} has schema {version}, newer than"
+                f"the relay queue at {masked_url(self._url)} has schema {version}, newer than"
                 f" this relay knows ({SCHEMA_VERSION}): run a newer skald-telegram"
             )
 

@@ -25,11 +25,12 @@ from typing import Final
 
 import psycopg
 
+from bot.dburl import masked_url
 from bot.errors import StoreError
 from bot.relay.commit import QueueWriter
 from bot.relay.frames import RelayCloseCode, delivered_frame
 from bot.relay.limits import DEFAULT_RESCAN_S
-from bot.relay.pgqueue import CONNECT_TIMEOUT_S, DELIVERED, SESSION, WAKE, PostgresQueue, masked
+from bot.relay.pgqueue import CONNECT_TIMEOUT_S, DELIVERED, SESSION, WAKE, PostgresQueue
 from bot.relay.session import Session
 from bot.storefaults import StoreHealth, one_line
 
@@ -110,7 +111,7 @@ class NodeLink:
                 if not failures:
                     log.warning(
                         "cannot listen to the other relay nodes at %s (%s): retrying",
-                        masked(self._queue.url), one_line(str(exc)),
+                        masked_url(self._queue.url), one_line(str(exc)),
                     )
                 failures += 1
                 await asyncio.sleep(wait)

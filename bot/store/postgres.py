@@ -26,6 +26,8 @@ from bot.storefaults import StoreHealth
 try:
     import psycopg
     from psycopg_pool import ConnectionPool, PoolTimeout
+
+    from bot.pgerrors import postgres_error
 except ImportError as exc:  # the optional extra is missing
     raise StoreError("PostgreSQL needs psycopg: pip install 'skald-telegram[postgresql]'") \
         from exc
@@ -48,16 +50,6 @@ CONNECTION: Final = {
     "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
     "tcp_user_timeout": 10_000,
 }
-UNAVAILABLE_CLASSES: Final = frozenset({
-    "08",  # connection exception
-    "40",  # transaction rollback (serialisation, deadlock)
-    "53",  # insufficient resources (disk full, out of memory, too many connections)
-    "55",  # object not in prerequisite state (lock not available)
-    "57",  # operator intervention (shutdown, cannot connect now)
-    "58",  # system error (I/O)
-})
-"""SQLSTATE classes that mean the server cannot work for now, not that it refused the
-statement."""
 
 
 class PgRow(tuple[Any, ...]):
@@ -91,20 +83,6 @@ def _row_factory(cursor: Any) -> Any:
 
 def _configure(connection: psycopg.Connection[Any]) -> None:
     connection.autocommit = True
-
-
-def unavailable(error: BaseException) -> bool:
-    """Whether a psycopg error says the database cannot work for now."""
-    if isinstance(error, PoolTimeout):
-        return True
-    state = getattr(error, "sqlstate", None)
-    if state:
-        return str(state)[:2] in UNAVAILABLE_CLASSES
-    return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
-
-
-def store_error(message: str, error: BaseException) -> StoreError:
-    return (StoreUnavailable if unavailable(error) else StoreError)(message)
 
 
 class _Done:
@@ -278,7 +256,7 @@ class PostgresDatabase(Nesting):
                     done = _Done(cursor.rowcount, rows)
                     status = cursor.statusmessage or ""
             except psycopg.Error as exc:
-                error = store_error(f"database error: {exc}".strip(), exc)
+                error = postgres_error(f"database error: {exc}".strip(), exc)
                 if isinstance(error, StoreUnavailable):
                     self.health.failed(exc)
                 raise error from exc
