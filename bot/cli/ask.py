@@ -167,7 +167,7 @@ def _json_argument(text: str, flag: str, *, stdin: bool) -> Any:
 
 def _ask(client: AgentClient, options: argparse.Namespace,
          request: dict[str, Any]) -> Outcome | None:
-    from skald_telegram.client import DEFAULT_TIMEOUT_S, EXPIRY_GRACE_S, ClientError
+    from skald_telegram.client import DEFAULT_TIMEOUT_S, EXPIRY_GRACE_S, ClientError, Outcome
 
     timeout = options.timeout if options.timeout is not None else DEFAULT_TIMEOUT_S
     item_id = options.item
@@ -187,7 +187,9 @@ def _ask(client: AgentClient, options: argparse.Namespace,
         else:
             wait = options.timeout
         _announce(client, watch, item_id, request)
-        outcome = _watched_wait(client, watch, item_id, wait)
+        # Just submitted: the host ran, so one that goes away now is waited for.
+        submitted = None if options.item else Outcome(item_id, "pending")
+        outcome = _watched_wait(client, watch, item_id, wait, submitted)
         if outcome.pending and watch.told and watch.stop_when_unseen:
             client.withdraw(item_id)
             print(f"skald-telegram ask: {item_id} withdrawn: no device picked it up "
@@ -217,7 +219,7 @@ def _announce(client: AgentClient, watch: Watch, item_id: str,
 
 
 def _watched_wait(client: AgentClient, watch: Watch, item_id: str,
-                  timeout: float | None) -> Outcome:
+                  timeout: float | None, submitted: Outcome | None) -> Outcome:
     """Wait as :meth:`AgentClient.wait` does; once the notice's time has passed with no
     device holding the request, say so and which devices there are (and, for
     ``--require-device``, stop waiting)."""
@@ -225,7 +227,7 @@ def _watched_wait(client: AgentClient, watch: Watch, item_id: str,
 
     started = time.monotonic()
     first = watch.first_wait(timeout if timeout is not None else float("inf"))
-    outcome = client.wait(item_id, first)
+    outcome = client.wait(item_id, first, since=submitted)
     if watch.unseen(outcome):
         try:
             devices = client.status()["devices"]

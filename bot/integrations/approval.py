@@ -216,11 +216,13 @@ async def _watched_wait(
     client: AsyncAgentClient, item_id: str, timeout: float, watch: Watch | None
 ) -> Outcome:
     """:meth:`AsyncAgentClient.wait`; with a ``watch``, saying after its time whether no
-    device picked the request up, then waiting on."""
+    device picked the request up, then waiting on. The request was just submitted: a host
+    that goes away meanwhile is waited for."""
+    submitted = Outcome(item_id, "pending")
     if watch is None:
-        return await client.wait(item_id, timeout)
+        return await client.wait(item_id, timeout, since=submitted)
     first = watch.first_wait(timeout)
-    outcome = await client.wait(item_id, first)
+    outcome = await client.wait(item_id, first, since=submitted)
     if watch.unseen(outcome):
         # A host restarting cannot say; the request may well have been picked up: wait on.
         with contextlib.suppress(HostUnavailable):
