@@ -101,7 +101,7 @@ def test_an_item_ends_once() -> None:
     assert it.due([item], 999) == [] and it.due([item], 1000) == [item]
     withdrawn = it.end(item, it.State.WITHDRAWN, 7)
     assert withdrawn is not None
-    body = it.inbox_body(3, "host", [], [withdrawn])
+    body = it.inbox_body(3, "host", [], [it.Ended.of(withdrawn)])
     assert body["resolved"] == [{"id": "apr_1", "outcome": "cancelled", "by": None,
                                  "at": "1970-01-01T00:00:00.007Z"}]
 

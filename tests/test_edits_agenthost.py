@@ -21,7 +21,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from test_grants_agenthost import KEY, OFFER, Clock, Phone, paired_host
 
 from bot.agenthost.api import create_app
-from bot.agenthost.items import Item, State, inbox_body
+from bot.agenthost.items import Ended, Item, State, inbox_body
 from bot.agenthost.serve import _Server, _unix_socket
 from bot.agenthost.service import AgentHost
 from bot.integrations.policy import parse_policy
@@ -118,7 +118,7 @@ async def test_claude_code_runs_the_edited_command_and_is_told_what_changed(
         assert kept.edited == edited and kept.state is State.APPROVED
         resolved = phone.last_update().resolved
         assert [(r.id, r.outcome) for r in resolved] == [(item.item_id, "approved")]
-        assert inbox_body(1, "laptop", [], [kept])["resolved"][0]["edited"] is True
+        assert inbox_body(1, "laptop", [], [Ended.of(kept)])["resolved"][0]["edited"] is True
         assert host.store.received(item.item_id) == [("decision", "accepted")]
 
 

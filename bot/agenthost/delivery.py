@@ -110,9 +110,9 @@ class Delivery:
         if not devices:
             return
         now = self.clock.now_ms()
-        resolved = self.store.recently_resolved(it.MAX_RESOLVED)
-        if listing is not None and all(i.item_id != listing.item_id for i in resolved):
-            resolved.append(listing)
+        resolved = self.store.recently_ended(it.MAX_RESOLVED)
+        if listing is not None and all(e.item_id != listing.item_id for e in resolved):
+            resolved.append(it.Ended.of(listing))
         body = it.inbox_body(
             self.store.next_rev(now), self.name, self.store.open_items(), resolved,
         )

@@ -235,8 +235,25 @@ def due(items: Iterable[Item], now_ms: int) -> list[Item]:
     return [item for item in items if item.pending and item.expires_ms <= now_ms]
 
 
+@dataclass(frozen=True)
+class Ended:
+    """What an ``inbox_update`` lists of an item that ended (protocol §3.1 ``resolved``),
+    without the item's arguments."""
+
+    item_id: str
+    state: State
+    by: str | None
+    resolved_ms: int | None
+    edited: bool
+
+    @classmethod
+    def of(cls, item: Item) -> Ended:
+        by = item.decided_by.get("name") if item.decided_by else None
+        return cls(item.item_id, item.state, by, item.resolved_ms, item.edited is not None)
+
+
 def inbox_body(
-    rev: int, agent_name: str, open_items: Iterable[Item], resolved: Iterable[Item]
+    rev: int, agent_name: str, open_items: Iterable[Item], resolved: Iterable[Ended]
 ) -> dict[str, Any]:
     """A complete ``inbox_update`` body (protocol §3.1)."""
     approvals: list[dict[str, Any]] = []
@@ -248,19 +265,18 @@ def inbox_body(
         "agent": {"name": agent_name},
         "approvals": approvals,
         "clarifications": clarifications,
-        "resolved": [_resolved_entry(item) for item in resolved],
+        "resolved": [_resolved_entry(ended) for ended in resolved],
     }
 
 
-def _resolved_entry(item: Item) -> dict[str, Any]:
-    by = item.decided_by.get("name") if item.decided_by else None
-    entry = {
-        "id": item.item_id,
-        "outcome": WIRE_OUTCOME.get(item.state, item.state.value),
-        "by": by,
-        "at": None if item.resolved_ms is None else iso_ms(item.resolved_ms),
+def _resolved_entry(ended: Ended) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": ended.item_id,
+        "outcome": WIRE_OUTCOME.get(ended.state, ended.state.value),
+        "by": ended.by,
+        "at": None if ended.resolved_ms is None else iso_ms(ended.resolved_ms),
     }
-    if item.edited is not None:
+    if ended.edited:
         entry["edited"] = True
     return entry
 

@@ -223,9 +223,10 @@ class AgentHost:
     def _add(self, item: Item, grant_key: str | None, grant_label: str | None) -> None:
         size = len(canonical_json(dict(item.wire)))
         with self.delivery.change():
-            if len(self.store.open_items()) >= MAX_ITEMS:
+            count, wire_bytes = self.store.open_load()
+            if count >= MAX_ITEMS:
                 raise Refusal(409, f"{MAX_ITEMS} items are open already; wait for decisions")
-            if self.store.open_wire_bytes() + size > MAX_UPDATE_BYTES:
+            if wire_bytes + size > MAX_UPDATE_BYTES:
                 raise Refusal(413, "the open items would not fit one inbox update; "
                                    "send fewer or shorter arguments", "arguments")
             self.store.add_item(item, grant_key, grant_label)

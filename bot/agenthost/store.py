@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from bot import durable
 from bot.agenthost.grants import Grant, Offer
-from bot.agenthost.items import Item, Kind, State
+from bot.agenthost.items import Ended, Item, Kind, State
 from bot.agenthost.pairing import PairingSecret
 from bot.durable import Place, Step, open_sqlite
 from bot.errors import IdentityError, StoreError, store_error
@@ -330,20 +330,24 @@ class AgentStore:
         ).fetchall()
         return [_item(row) for row in rows]
 
-    def open_wire_bytes(self) -> int:
+    def open_load(self) -> tuple[int, int]:
+        """How many items are open, and the bytes of their wire JSON."""
         row = self._execute(
-            "SELECT COALESCE(SUM(LENGTH(CAST(wire_json AS BLOB))), 0), COUNT(*) FROM items "
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(wire_json AS BLOB))), 0) FROM items "
             "WHERE state = 'pending'"
         ).fetchone()
-        return int(row[0])
+        return int(row[0]), int(row[1])
 
-    def recently_resolved(self, limit: int) -> list[Item]:
+    def recently_ended(self, limit: int) -> list[Ended]:
+        """The ``limit`` items that ended last, newest first, as an update lists them (their
+        arguments are not read: every change lists them all)."""
         rows = self._execute(
-            f"SELECT {_ITEM_COLUMNS} FROM items WHERE resolved_at IS NOT NULL "
+            "SELECT item_id, state, json_extract(decided_by_json, '$.name'), resolved_at, "
+            "edited_json IS NOT NULL FROM items WHERE resolved_at IS NOT NULL "
             "ORDER BY resolved_at DESC LIMIT ?",
             (limit,),
         ).fetchall()
-        return [_item(row) for row in rows]
+        return [Ended(row[0], State(row[1]), row[2], int(row[3]), bool(row[4])) for row in rows]
 
     def next_expiry(self) -> int | None:
         row = self._execute("SELECT MIN(expires_at) FROM items WHERE state = 'pending'").fetchone()
