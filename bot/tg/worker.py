@@ -54,10 +54,12 @@ write again."""
 STOP_TIMEOUT_S = 10.0
 OFF_LOOP_CHARS = 64 * 1024
 """Items whose stored JSON is at least this long are drawn in a thread."""
-SENT_GRACE_S = 0.3
-"""How long a card decided here waits for the relay to take the decision (``sent``, a
-few milliseconds away when the relay is there) before it is shown as sending: otherwise
-nearly every decision would cost two edits."""
+CONFIRM_GRACE_S = 1.0
+"""How long a card decided here waits for its agent to report how the item ended (the
+agent's next update, milliseconds away when the relay and the agent are there) before it
+is shown as decided, and as sending while the relay has not taken the decision. The card
+then goes from its buttons to the outcome the agent confirmed in one edit, and drawing it
+takes nothing from the decision on its way."""
 
 
 class CardWorker:
@@ -144,14 +146,14 @@ class CardWorker:
             now = self._clock.time()
             nudge.clear()
             cards = self._view.cards.dirty(chat_id)  # the most urgent first
-            ready = [c for c in cards if self._retry_at.get(c.card_id, 0.0) <= now]
+            if not cards:
+                return
+            waits = [self._waits_for(card, now) for card in cards]
+            ready = [card for card, wait in zip(cards, waits, strict=True) if wait <= 0]
             if not ready:
-                if not cards:
-                    return
-                # Every card here waits for a retry: until the first is due, or until
-                # something changes (wake) and a card may be ready sooner.
-                wake_at = min(self._retry_at[c.card_id] for c in cards)
-                await self._clock.wait(nudge, wake_at - now)
+                # Every card here waits (a retry, or its agent's word): until the first may
+                # go, or until something changes (wake) and a card may go sooner.
+                await self._clock.wait(nudge, min(waits))
                 continue
             if not turn_came and self._asks_telegram(ready[0]):
                 # Choose once the chat's turn has come: an item decided while this one
@@ -160,21 +162,25 @@ class CardWorker:
                 turn_came = True
                 continue
             turn_came = False
-            hold = self._sent_soon(ready[0])
-            if hold > 0:
-                await self._clock.wait(nudge, hold)  # the relay's sent wakes it
-                continue
             if not await self._show_one(ready[0]):
                 return
 
-    def _sent_soon(self, card: CardRow) -> float:
-        """How long to hold a card whose decision, just made here, the relay has not
-        taken yet (0: show it now)."""
+    def _waits_for(self, card: CardRow, now: float) -> float:
+        """How long ``card`` waits before it is shown (0 or less: not at all): a retry
+        after it failed, or the agent's word on a decision made here."""
+        retry = self._retry_at.get(card.card_id, 0.0) - now
+        if card.message_id is None:
+            return retry
+        return max(retry, self._unconfirmed(card, now))
+
+    def _unconfirmed(self, card: CardRow, now: float) -> float:
+        """How much longer a card decided here waits for its agent to report how the
+        item ended (:data:`CONFIRM_GRACE_S`); its report wakes the chat."""
         item = self._view.items.get(card.agent_id, card.item_id)
         if item is None or item.outcome_chat_id is None or item.outcome_at is None:
             return 0.0
-        left = item.outcome_at / 1000 + SENT_GRACE_S - self._clock.time()
-        if left <= 0 or not self._view.items.sending(card.agent_id, card.item_id):
+        left = item.outcome_at / 1000 + CONFIRM_GRACE_S - now
+        if left <= 0 or self._view.items.reported(card.agent_id, card.item_id) is not None:
             return 0.0
         return left
 
