@@ -91,6 +91,9 @@ class UpdateInbox:
         self._arrived = asyncio.Event()
         self._handler_task: asyncio.Task[Any] | None = None
         self._handled = 0
+        self._fetched: dict[int, Update] = {}
+        """The last batch fetched, parsed: its updates are handed over as they are (the
+        stored JSON is read again only after a restart, or by another replica)."""
         bridge.before_each_commit(self._mark_in_transaction)
 
     async def fetch(self) -> None:
@@ -116,6 +119,7 @@ class UpdateInbox:
             else:
                 try:
                     if updates:
+                        self._fetched = {u.update_id: u for u in updates}
                         self.hold([(u.update_id, json.dumps(u.to_dict())) for u in updates])
                         offset = updates[-1].update_id + 1
                         # The handler first: a tap is decided, and its decision leaves,
@@ -174,11 +178,12 @@ class UpdateInbox:
                 await self._clock.wait(self._arrived, self._look_again_s)
 
     async def _handle_one(self, update_id: int, body: str) -> None:
-        try:
-            update = Update.de_json(json.loads(body), self._application.bot)
-        except (ValueError, TypeError, KeyError) as exc:
-            log.warning("dropped stored update %s: %s", update_id, type(exc).__name__)
-            update = None
+        update = self._fetched.pop(update_id, None)
+        if update is None:
+            try:
+                update = Update.de_json(json.loads(body), self._application.bot)
+            except (ValueError, TypeError, KeyError) as exc:
+                log.warning("dropped stored update %s: %s", update_id, type(exc).__name__)
         marked = False
         if update is not None:
             token, failing = _handling.set(update_id), _failed.set(None)
