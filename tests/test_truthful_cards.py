@@ -63,7 +63,7 @@ async def test_relay_away_the_tap_says_it_waits_and_the_card_says_sending(
         away = await world.wait_card(ADA, "apr_away")
 
         answer = await world.answer_of(world.tap(ADA, up, ADA, "Approve"))
-        assert answer["text"] == "Approved ✅ – sent to the agent."
+        assert answer["text"] == "Approved ✅ – the agent has it."
         await world.wait_card(ADA, "apr_up", lambda m: "Approved by Ada Lovelace" in m.text
                               and "sending" not in m.text)
 
@@ -87,6 +87,18 @@ async def test_relay_away_the_tap_says_it_waits_and_the_card_says_sending(
         reports = store.audit.rows(events=("outcome_reported",))
         assert {(r.item_id, r.detail["outcome"], r.detail["taken"]) for r in reports} == {
             ("apr_up", "approved", True), ("apr_away", "approved", True)}
+
+
+async def test_agent_away_the_tap_says_sent_but_not_confirmed(tmp_path: Path) -> None:
+    async with make_world(tmp_path) as world, running_bot(world):
+        await world.pair(ADA)
+        world.agent.submit_approval(approval("apr_late"))
+        card = await world.wait_card(ADA, "apr_late")
+        await world.agent.stop()
+        answer = await world.answer_of(world.tap(ADA, card, ADA, "Approve"))
+        assert answer["text"] == "Approved ✅ – sent; the agent has not confirmed it yet."
+        card = await world.wait_card(ADA, "apr_late", lambda m: "Approved by" in m.text)
+        assert "sending" not in card.text and card.buttons() == []
 
 
 @contextlib.asynccontextmanager

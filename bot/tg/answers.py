@@ -9,8 +9,9 @@ from bot.core.model import CardRow
 from bot.core.policy import Answered, Decided, Refused, Tallied
 from bot.tg.shared import HandlerGroup
 
-SENT_WAIT_S = 1.0
-"""How long a tap's answer waits for the relay to take the decision the tap made."""
+CONFIRM_WAIT_S = 1.0
+"""How long a tap's answer waits for the agent to report the decision the tap made (its
+next update, milliseconds away when the relay and the agent are there)."""
 
 
 class TapAnswers(HandlerGroup):
@@ -33,29 +34,35 @@ class TapAnswers(HandlerGroup):
                 "alert_tallied", count=len(result.voters), required=result.required
             )
         if isinstance(result, Decided):
-            return False, self._renderer.text("alert_decided", decision=result.decision,
-                                              delivery=await self._delivery(report.card))
+            outcome = "approved" if result.decision == "approve" else "denied"
+            return False, self._renderer.text(
+                "alert_decided", decision=result.decision,
+                delivery=await self._delivery(report.card, outcome))
         if isinstance(result, Answered):
-            return False, self._renderer.text("alert_answered",
-                                              delivery=await self._delivery(report.card))
+            return False, self._renderer.text(
+                "alert_answered", delivery=await self._delivery(report.card, "answered"))
         return False, ""
 
-    async def _delivery(self, card: CardRow | None) -> str:
-        """Where the decision a tap just made on ``card`` stands: ``sent`` (its relay took
-        it), ``sending``, or ``queued`` (no session with its relay: it leaves once the
-        relay is back). Waits up to :data:`SENT_WAIT_S` for the relay's ``sent``."""
+    async def _delivery(self, card: CardRow | None, outcome: str) -> str:
+        """Where the decision a tap just made on ``card`` stands: ``confirmed`` (the agent
+        reports the item ``outcome``), ``overtaken`` (it reports another outcome), ``sent``
+        (its relay took it), ``sending``, or ``queued`` (no session with its relay: it
+        leaves once the relay is back). Waits up to :data:`CONFIRM_WAIT_S` for the
+        agent's report; the tapper's answer then takes no time from the decision's way."""
         if card is None:
             return "queued"
         peer = self._view.agents.peer(card.agent_id)
         if peer is None or not any(relay.url == peer.relay_url and relay.connected
                                    for relay in self._relay_views()):
             return "queued"
+        items = self._view.items
         try:
-            async with asyncio.timeout(SENT_WAIT_S):
+            async with asyncio.timeout(CONFIRM_WAIT_S):
                 while True:
                     self._changed.clear()
-                    if not self._view.items.sending(card.agent_id, card.item_id):
-                        return "sent"
-                    await self._changed.wait()  # set once the relay's sent is recorded
+                    reported = items.reported(card.agent_id, card.item_id)
+                    if reported is not None:
+                        return "confirmed" if reported.outcome == outcome else "overtaken"
+                    await self._changed.wait()  # set by every change applied
         except TimeoutError:
-            return "sending"
+            return "sending" if items.sending(card.agent_id, card.item_id) else "sent"
