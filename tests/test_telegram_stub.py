@@ -379,3 +379,21 @@ async def test_rate_limits_are_telegrams_when_asked_for() -> None:
             await bot.send_message(ALICE + 30, "a second later")
         assert len(stub.bot_messages(GROUP)) == 21
         assert stub.throttled == 2
+
+
+async def test_a_caller_that_leaves_mid_request_is_no_error(
+    tg: TelegramStub, caplog: pytest.LogCaptureFixture
+) -> None:
+    _reader, writer = await asyncio.open_connection("127.0.0.1", tg.port)
+    writer.write(f"POST /bot{TOKEN}/sendMessage HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n"
+                 f"\r\nchat_id={ALICE}".encode())
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+    async with httpx.AsyncClient() as client:  # served on, once the gone caller is noticed
+        answer = await client.post(f"http://127.0.0.1:{tg.port}/bot{TOKEN}/getMe")
+    await asyncio.sleep(0.05)
+    assert answer.json()["ok"] is True
+    assert tg.calls("sendMessage") == []
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

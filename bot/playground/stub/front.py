@@ -13,7 +13,7 @@ import html
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
@@ -313,6 +313,11 @@ class TelegramStub:
         playground's page forwards a local tool's calls here, so that it needs no token)."""
         try:
             params = await request_params(request)
+        except ClientDisconnect:
+            # The caller went away before its request was read (a bot stopping): nobody
+            # reads this answer, and nothing was asked.
+            return Response(status_code=400)
+        try:
             result = await self._call(method, params)
             payload: dict[str, Any] = {"ok": True, "result": result}
             status = 200
