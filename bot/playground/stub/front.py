@@ -313,14 +313,13 @@ class TelegramStub:
         playground's page forwards a local tool's calls here, so that it needs no token)."""
         try:
             params = await request_params(request)
+            result = await self._call(method, params)
+            payload: dict[str, Any] = {"ok": True, "result": result}
+            status = 200
         except ClientDisconnect:
             # The caller went away before its request was read (a bot stopping): nobody
             # reads this answer, and nothing was asked.
             return Response(status_code=400)
-        try:
-            result = await self._call(method, params)
-            payload: dict[str, Any] = {"ok": True, "result": result}
-            status = 200
         except ApiError as error:
             payload, status = error.payload(), error.error_code
         finally:
