@@ -95,7 +95,12 @@ async def test_agent_away_the_tap_says_sent_but_not_confirmed(tmp_path: Path) ->
         world.agent.submit_approval(approval("apr_late"))
         card = await world.wait_card(ADA, "apr_late")
         await world.agent.stop()
-        answer = await world.answer_of(world.tap(ADA, card, ADA, "Approve"))
+        first = world.tap(ADA, card, ADA, "Approve")
+        # The first answer waits for the agent's word; a tap after it is not held behind it.
+        again = await world.answer_of(world.tap(ADA, card, ADA, "Deny"))
+        assert first not in world.tg.callback_answers
+        assert again["show_alert"] is True
+        answer = await world.answer_of(first)
         assert answer["text"] == "Approved ✅ – sent; the agent has not confirmed it yet."
         card = await world.wait_card(ADA, "apr_late", lambda m: "Approved by" in m.text)
         assert "sending" not in card.text and card.buttons() == []

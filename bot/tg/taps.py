@@ -10,7 +10,8 @@ from telegram import CallbackQuery, Update
 from telegram.ext import ContextTypes
 
 from bot.bridge import TapReport, wait_until_revoked
-from bot.core.policy import Action, AskEdit, AskReason, Refusal, Refused
+from bot.core.policy import Action, Answered, AskEdit, AskReason, Decided, Refusal, Refused
+from bot.errors import SkaldError
 from bot.protocol.payloads import Person
 from bot.tg.answers import TapAnswers
 from bot.tg.editing import EditPrompts
@@ -30,6 +31,7 @@ class Taps(HandlerGroup):
         self._answers = answers
         self._prompts = prompts
         self._edits = edits
+        self._answering: set[asyncio.Task[None]] = set()
 
     async def tap(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         query = update.callback_query
@@ -64,8 +66,14 @@ class Taps(HandlerGroup):
         )
         self._act_on(report.changes)
         await asyncio.sleep(0)  # the decision leaves for the relay before the tap's answer
-        alert, text = await self._answers.tap_answer(report, chat.id)
-        await self._answer_query(query, text, alert=alert)
+        if isinstance(report.result, Decided | Answered):
+            # Its answer waits for the agent's word, up to a second: the updates behind
+            # this one do not wait with it.
+            answering = asyncio.create_task(self._answer_tap(query, report, chat.id))
+            self._answering.add(answering)
+            answering.add_done_callback(self._answering.discard)
+        else:
+            await self._answer_tap(query, report, chat.id)
         log.info("tap %s by user %s in chat %s on %s: %s", parsed.action.name.lower(),
                  query.from_user.id, chat.id, report.card.item_id if report.card else "?",
                  _result_name(report))
@@ -73,6 +81,15 @@ class Taps(HandlerGroup):
             await self._prompts.ask_reason(chat, report.card, query.from_user)
         if isinstance(report.result, AskEdit) and report.card is not None:
             await self._edits.ask(chat, report.card, query.from_user, parsed.option)
+
+    async def _answer_tap(self, query: CallbackQuery, report: TapReport, chat_id: int) -> None:
+        try:
+            alert, text = await self._answers.tap_answer(report, chat_id)
+        except SkaldError as exc:  # the tap counts; only what the tapper is told is lost
+            log.warning("could not tell the tapper in chat %s what the tap did: %s", chat_id,
+                        exc)
+            return
+        await self._answer_query(query, text, alert=alert)
 
     async def _revoke(self, query: CallbackQuery, token: str, chat_id: int, tapper: Person,
                       update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
