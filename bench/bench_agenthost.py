@@ -15,7 +15,10 @@ Floor, sampled before every item (:class:`floors.Probe`), at the same percentile
 stand-in ``getUpdates`` round trip, one bare relay hop (an envelope sealed beforehand,
 between two bare relay clients, through the same relay) and one API round trip on the
 host's socket. Items are spaced :data:`ITEM_SPACING_S` apart so that PTB's rate
-limiter (30 requests a second overall) does not queue them.
+limiter (30 requests a second overall) does not queue them, and the floor is sampled only
+once the item before has settled (its card shows the outcome, and a spacing more passed):
+sampled while the processes still finish the last item, a floor comes out slower than its
+parts can be and flatters the ratios.
 """
 
 from __future__ import annotations
@@ -89,7 +92,19 @@ async def _items(
         to_answer.append(_now() - tapped)
         if outcome.pending:
             raise RuntimeError(f"the long poll on {item_id} ended without a decision")
+        await _settled(tg, card.message_id)
     return to_card, to_answer
+
+
+async def _settled(tg: TelegramStub, message_id: int) -> None:
+    """Until the tapped card shows its outcome (no buttons left), and a spacing more for
+    what follows it (the tap's answer, acknowledgements, checkpoints)."""
+    def edited(stub: TelegramStub) -> bool:
+        return any(m.message_id == message_id and not m.buttons()
+                   for m in stub.bot_messages(ADA))
+
+    await tg.wait_for(edited, TIMEOUT_S)
+    await asyncio.sleep(ITEM_SPACING_S)
 
 
 async def _run(quick: bool) -> None:

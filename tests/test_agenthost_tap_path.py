@@ -1,6 +1,8 @@
 """The agent host's side of a tap: a program waiting on the item is answered as soon as
-the decision has committed; the devices' update follows, and survives a killed host; the
-envelopes the relay took leave the outbox together, without a disk sync each."""
+the decision has committed, and before the decision is acknowledged to the relay; the
+devices' update follows, lists only what ended since the one before, and survives a
+killed host; the envelopes the relay took leave the outbox together, without a disk sync
+each."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from bot.agenthost.service import AgentHost
 from bot.agenthost.store import AgentStore
 from bot.protocol.encoding import args_sha256
 from bot.protocol.envelope import seal
-from bot.protocol.payloads import ApprovalDecision, InboxUpdate, encode_payload
+from bot.protocol.payloads import ApprovalDecision, InboxRequest, InboxUpdate, encode_payload
 
 
 def updates(phone: Phone) -> list[InboxUpdate]:
@@ -55,6 +57,25 @@ async def test_the_waiting_program_is_answered_before_the_update_is_built(
         assert seen_when_answered == [0]
         update = phone.last_update()
         assert update.approvals == () and [r.id for r in update.resolved] == [item_id]
+
+
+async def test_the_waiting_program_has_answered_before_the_decision_is_acknowledged(
+        tmp_path: Path) -> None:
+    with paired_host(tmp_path, Clock(), on_relay=lambda: True) as (host, phone):
+        item_id = submit(host)
+        answered: list[str] = []
+
+        async def ask() -> None:
+            outcome = await host.wait(item_id, 10)
+            await asyncio.sleep(0)  # a response goes through a few awaits on its way out
+            answered.append(outcome.state.value)
+
+        waiting = asyncio.create_task(ask())
+        await asyncio.sleep(0)
+        # The relay client acknowledges the envelope once this returns.
+        await host.inbound.on_delivery(approval_envelope(host, phone, item_id))
+        assert answered == ["approved"]
+        await waiting
 
 
 async def test_an_update_a_killed_host_owed_is_sent_when_it_starts(tmp_path: Path) -> None:
@@ -102,3 +123,23 @@ async def test_the_envelopes_the_relay_took_leave_the_outbox_together(
         assert [e["id"] for e in HostOutbox(store).outbox_pending(RELAY)] == ["e2"]
     finally:
         store.close()
+
+
+async def test_an_update_lists_what_ended_since_the_last_one_and_an_asked_one_all(
+        tmp_path: Path) -> None:
+    with paired_host(tmp_path, Clock(), on_relay=lambda: True) as (host, phone):
+        first, second = submit(host), submit(host)
+        await host.inbound.on_envelope(approval_envelope(host, phone, first))
+        await asyncio.sleep(0)
+        assert [r.id for r in phone.last_update().resolved] == [first]
+        await host.inbound.on_envelope(approval_envelope(host, phone, second))
+        await asyncio.sleep(0)
+        # The device was sent the update that listed the first: not again.
+        assert [r.id for r in phone.last_update().resolved] == [second]
+        withdrawn = submit(host)
+        host.withdraw(withdrawn)
+        assert [r.id for r in phone.last_update().resolved] == [withdrawn]
+        # A device that asks (after a reconnection, say) gets the last ones that ended.
+        await phone.send(InboxRequest(since_rev=None))
+        assert [(r.id, r.outcome) for r in phone.last_update().resolved] == [
+            (withdrawn, "cancelled"), (second, "approved"), (first, "approved")]

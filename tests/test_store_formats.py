@@ -92,6 +92,7 @@ def test_the_agent_hosts_old_file_opens_with_its_state(tmp_path: Path) -> None:
         assert [item.edited for item in store.open_items()] == [
             None for _ in store.open_items()]  # the column edits are kept in was added
         assert store.last_seen() == {}  # devices gained a last-seen time, unknown yet
+        assert store.last_ended() == 0  # items that ended before have no place in the order
     finally:
         store.close()
     assert user_version(path) == AGENT_VERSION

@@ -42,6 +42,11 @@ SENT_REMEMBERED: Final = 4096
 (the oldest are forgotten first: the receipt is a courtesy)."""
 INBOX_OWED_META: Final = "inbox_owed"
 """Set while the paired devices are owed an ``inbox_update`` for a committed change."""
+LISTED_META: Final = "listed_ended"
+"""The place, in the order items ended, of the last item an update to every paired device
+could list."""
+ANSWER_TURNS: Final = 6
+"""Turns of the event loop in which the programs a change woke write their answers."""
 PAY_RETRY_S: Final = 1.0
 """How soon an owed update whose commit failed is tried again."""
 
@@ -103,14 +108,24 @@ class Delivery:
             self.broadcast(self.peers.values())
         self.after_change(ended)
 
-    def broadcast(self, devices: Iterable[PublicCard], *, listing: Item | None = None) -> None:
-        """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction); its
-        ``resolved`` also lists the ended item ``listing``, however long ago it ended."""
+    def broadcast(self, devices: Iterable[PublicCard], *, listing: Item | None = None,
+                  recap: bool = False) -> None:
+        """Queue a complete ``inbox_update`` for ``devices`` (inside a transaction).
+
+        Its ``resolved`` says how the items the devices saw open ended: the items that
+        ended since the last update every paired device was sent (the relay hands each
+        device every update, in order); with ``recap`` (for a device that paired, or asked
+        after a reconnection), the last ones that ended, however long ago. It also lists
+        the ended item ``listing``, however long ago it ended."""
         devices = list(devices)
         if not devices:
             return
         now = self.clock.now_ms()
-        resolved = self.store.recently_ended(it.MAX_RESOLVED)
+        listed = None if recap else self.store.get_meta(LISTED_META)
+        resolved = self.store.recently_ended(
+            it.MAX_RESOLVED, after=None if listed is None else int(listed))
+        if not recap and {device.id for device in devices} >= self.peers.keys():
+            self.store.set_meta(LISTED_META, str(self.store.last_ended()))
         if listing is not None and all(e.item_id != listing.item_id for e in resolved):
             resolved.append(it.Ended.of(listing))
         body = it.inbox_body(
@@ -218,6 +233,14 @@ class Delivery:
             if self._paying is None:
                 self.pay_inbox()
         self._look_again()
+
+    async def let_woken_answer(self) -> None:
+        """Leave the programs the last change woke (``ask``'s long poll, a hook) the turns
+        of the loop they take to write their answers, before the caller goes on: the
+        envelope's acknowledgement would wake the relay, and with its ``delivered`` the
+        device, which would take the processor from those answers."""
+        for _ in range(ANSWER_TURNS):
+            await asyncio.sleep(0)
 
     def _look_again(self) -> None:
         for look_again in self.on_change:

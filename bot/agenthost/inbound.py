@@ -44,7 +44,15 @@ class Inbound:
         self.store = delivery.store
         self._last_reject: dict[str, int] = {}
 
-    async def on_envelope(self, raw: dict[str, object]) -> None:
+    async def on_delivery(self, raw: dict[str, object]) -> None:
+        """Handle an envelope the relay delivered; one that ended items leaves the programs
+        waiting on them the turns they take to answer before the relay client acknowledges
+        it (:meth:`~bot.agenthost.delivery.Delivery.let_woken_answer`)."""
+        if await self.on_envelope(raw):
+            await self.delivery.let_woken_answer()
+
+    async def on_envelope(self, raw: dict[str, object]) -> bool:
+        """Open and apply an envelope; whether it ended items (a decision, an answer)."""
         now = self.delivery.clock.now_ms()
         try:
             opened = open_envelope(raw, me=self.delivery.identity, peers=self.delivery.peers,
@@ -52,7 +60,7 @@ class Inbound:
         except EnvelopeRefused as exc:
             level = logging.DEBUG if exc.reason is RefusalReason.REPLAY else logging.WARNING
             log.log(level, "dropped envelope %s: %s", raw.get("id"), exc)
-            return
+            return False
         ended: list[Item] = []
         handler = HANDLERS.get(type(opened.payload))
         with self.delivery.change() as committed:
@@ -66,6 +74,7 @@ class Inbound:
             self.store.device_seen(opened.sender.id, now)
             committed.append(functools.partial(self.delivery.heard_from, opened.sender.id, now))
         self.delivery.after_change(ended)
+        return bool(ended)
 
     def pair(self, opened: Opened, request: PairRequest, now: int,
              committed: Committed) -> list[Item]:
@@ -86,7 +95,7 @@ class Inbound:
         self.store.add_device(device, request.device.platform, now)
         accept = {"agent": {"id": identity.id, "name": identity.name}, "device_id": device.id}
         self.delivery.send(device, raw_payload("pair_accept", accept), now)
-        self.delivery.broadcast([device])
+        self.delivery.broadcast([device], recap=True)
         committed += [
             functools.partial(self.delivery.peers.__setitem__, device.id, device),
             functools.partial(self.delivery.wake, f"pairing:{verdict.secret.pairing_id}"),
@@ -128,7 +137,7 @@ class Inbound:
 
     def send_inbox(self, opened: Opened, request: InboxRequest, now: int,
                    committed: Committed) -> list[Item]:
-        self.delivery.broadcast([opened.sender])
+        self.delivery.broadcast([opened.sender], recap=True)
         return []
 
     def revoke(self, opened: Opened, revoke: GrantRevoke, now: int,

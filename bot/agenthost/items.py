@@ -23,7 +23,7 @@ from bot.protocol.encoding import args_sha256, format_rfc3339
 from bot.protocol.payloads import ApprovalDecision, ClarificationAnswer, Person
 
 MAX_RESOLVED: Final = 100
-"""How many of the latest resolved items an ``inbox_update`` lists."""
+"""How many of the items that ended an ``inbox_update`` lists at most (the latest)."""
 
 
 class Kind(enum.StrEnum):

@@ -87,7 +87,7 @@ class AgentHost:
         self.inbound = Inbound(self.delivery)
         self.outbox = HostOutbox(store)
         self.relay = RelayClient(
-            relay_url, identity, handler=one_at_a_time(self.inbound.on_envelope),
+            relay_url, identity, handler=one_at_a_time(self.inbound.on_delivery),
             outbox=self.outbox,
             on_delivered=self.delivery.delivered, **dict(relay_options or {}),
         )

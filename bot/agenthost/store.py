@@ -104,6 +104,12 @@ _MIGRATIONS: Final[tuple[Step, ...]] = (
     ),
     ("ALTER TABLE items ADD COLUMN edited_json TEXT",),
     ("ALTER TABLE devices ADD COLUMN last_seen INTEGER",),
+    (
+        # The order items ended in, from 1; NULL for items that ended before this version
+        # (updates list those by their time until a device has been told of the first).
+        "ALTER TABLE items ADD COLUMN ended_seq INTEGER",
+        "CREATE UNIQUE INDEX items_ended ON items (ended_seq)",
+    ),
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The ``user_version`` of an up-to-date file."""
@@ -305,9 +311,14 @@ class AgentStore:
         )
 
     def save_outcome(self, item: Item) -> None:
+        """Save how an item stands; one that has ended gets the next place in the order
+        items ended (kept from its first save as ended)."""
         self._execute(
-            "UPDATE items SET state = ?, reason = ?, decided_by_json = ?, answer = ?, "
-            "resolved_at = ?, edited_json = ? WHERE item_id = ?",
+            "UPDATE items SET state = ?1, reason = ?2, decided_by_json = ?3, answer = ?4, "
+            "resolved_at = ?5, edited_json = ?6, ended_seq = CASE "
+            "WHEN ?5 IS NULL THEN NULL WHEN ended_seq IS NOT NULL THEN ended_seq "
+            "ELSE (SELECT COALESCE(MAX(ended_seq), 0) + 1 FROM items) END "
+            "WHERE item_id = ?7",
             (
                 item.state.value,
                 item.reason,
@@ -338,16 +349,26 @@ class AgentStore:
         ).fetchone()
         return int(row[0]), int(row[1])
 
-    def recently_ended(self, limit: int) -> list[Ended]:
+    def recently_ended(self, limit: int, *, after: int | None = None) -> list[Ended]:
         """The ``limit`` items that ended last, newest first, as an update lists them (their
-        arguments are not read: every change lists them all)."""
-        rows = self._execute(
-            "SELECT item_id, state, json_extract(decided_by_json, '$.name'), resolved_at, "
-            "edited_json IS NOT NULL FROM items WHERE resolved_at IS NOT NULL "
-            "ORDER BY resolved_at DESC LIMIT ?",
-            (limit,),
-        ).fetchall()
+        arguments are not read); with ``after``, only those that ended after the item at
+        that place in the order items ended (:meth:`last_ended`)."""
+        columns = ("item_id, state, json_extract(decided_by_json, '$.name'), resolved_at, "
+                   "edited_json IS NOT NULL")
+        if after is None:
+            rows = self._execute(
+                f"SELECT {columns} FROM items WHERE resolved_at IS NOT NULL "
+                "ORDER BY resolved_at DESC, ended_seq DESC LIMIT ?", (limit,)).fetchall()
+        else:
+            rows = self._execute(
+                f"SELECT {columns} FROM items WHERE ended_seq > ? "
+                "ORDER BY ended_seq DESC LIMIT ?", (after, limit)).fetchall()
         return [Ended(row[0], State(row[1]), row[2], int(row[3]), bool(row[4])) for row in rows]
+
+    def last_ended(self) -> int:
+        """The place of the item that ended last in the order items ended (0: none yet)."""
+        return int(self._execute("SELECT COALESCE(MAX(ended_seq), 0) FROM items")
+                   .fetchone()[0])
 
     def next_expiry(self) -> int | None:
         row = self._execute("SELECT MIN(expires_at) FROM items WHERE state = 'pending'").fetchone()

@@ -40,9 +40,13 @@ RETRY: Final = Backoff(initial_s=1.0, max_s=30.0)
 """How a fetch or a handling pass that failed is tried again."""
 PRUNE_EVERY: Final = 500
 """Handled updates between two prunes of the table."""
-HANDLER_TURNS: Final = 2
-"""Turns of the event loop the fetcher leaves to the handler after holding updates: one
-to decide a tap, one for the decision to leave for the relay."""
+HANDLER_HEAD_START_S: Final = 0.05
+"""How long the next ``getUpdates`` waits, at most, for the handler to have handled the
+updates just held (so that a handler stuck on Telegram holds no tap back for long)."""
+POLL_PAUSE_S: Final = 0.01
+"""How long the next ``getUpdates`` waits once the handler is done: what it set off goes
+first (a decision's way through the relay to its agent, on this machine's processor when
+they share it, which asking for updates would take)."""
 
 _handling: ContextVar[int | None] = ContextVar("handling_update", default=None)
 _failed: ContextVar[StoreUnavailable | None] = ContextVar("update_store_failed", default=None)
@@ -89,6 +93,8 @@ class UpdateInbox:
         self._long_poll_s = long_poll_s
         self._clock = clock
         self._arrived = asyncio.Event()
+        self._caught_up = asyncio.Event()
+        """Set while the handler has handled every update held."""
         self._handler_task: asyncio.Task[Any] | None = None
         self._handled = 0
         self._fetched: dict[int, Update] = {}
@@ -122,11 +128,7 @@ class UpdateInbox:
                         self._fetched = {u.update_id: u for u in updates}
                         self.hold([(u.update_id, json.dumps(u.to_dict())) for u in updates])
                         offset = updates[-1].update_id + 1
-                        # The handler first: a tap is decided, and its decision leaves,
-                        # before the next long poll is asked for (an update arriving
-                        # meanwhile waits at Telegram for a moment).
-                        for _ in range(HANDLER_TURNS):
-                            await asyncio.sleep(0)
+                        await self._handler_first()
                     retries.reset()
                     continue
                 except StoreUnavailable as exc:
@@ -136,10 +138,20 @@ class UpdateInbox:
                                 "them again in %.0f s", len(updates), exc, delay)
             await self._clock.sleep(delay)
 
+    async def _handler_first(self) -> None:
+        """Let the handler handle what was just held, and the decisions it made go their
+        way, before the next long poll is asked for: asking takes the processor for a
+        while, and an update arriving meanwhile only waits at Telegram for a moment."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(HANDLER_HEAD_START_S):
+                await self._caught_up.wait()
+        await asyncio.sleep(POLL_PAUSE_S)
+
     def hold(self, updates: Sequence[tuple[int, str]], *, durable: bool = False) -> None:
         """Store updates (id, JSON) not held yet and wake the handler; a copy of one held
         before is ignored. :class:`StoreUnavailable` when the store cannot take them."""
         self._bridge.hold_updates(list(updates), durable=durable)
+        self._caught_up.clear()
         self._arrived.set()
 
     async def set_webhook(self, url: str, secret: str) -> None:
@@ -172,6 +184,8 @@ class UpdateInbox:
                 await self._clock.sleep(delay)
                 continue
             retries.reset()
+            if not self._arrived.is_set():
+                self._caught_up.set()
             if self._look_again_s is None:
                 await self._arrived.wait()
             else:
