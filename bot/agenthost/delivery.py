@@ -131,7 +131,7 @@ class Delivery:
         body = it.inbox_body(
             self.store.next_rev(now), self.name, self.store.open_items(), resolved,
         )
-        grants = self.store.grants_in_force(now)
+        grants = self.store.grants.in_force(now)
         body["grants"] = [grant.wire() for grant in grants]
         self.grants_shown = frozenset(grant.grant_id for grant in grants)
         payload = raw_payload("inbox_update", body)

@@ -63,7 +63,7 @@ class Expiry:
     def _until_next_expiry(self) -> float:
         """Seconds until the next item or grant runs out (a tick when none is due)."""
         now = self.clock.now_ms()
-        deadlines = [t for t in (self.store.next_expiry(), self.store.next_grant_expiry(now))
+        deadlines = [t for t in (self.store.next_expiry(), self.store.grants.next_expiry(now))
                      if t is not None]
         return EXPIRY_TICK_S if not deadlines else (min(deadlines) - now) / 1000
 
@@ -80,12 +80,12 @@ class Expiry:
             return
         if not gr.lapsed(self._on_relay_ms, now):
             return
-        in_force = self.store.grants_in_force(now)
+        in_force = self.store.grants.in_force(now)
         if not in_force:
             return
         with self.store.transaction():
             for grant in in_force:
-                self.store.end_grant(grant.grant_id, now)
+                self.store.grants.end(grant.grant_id, now)
             self.delivery.broadcast(self.delivery.peers.values())
         log.warning("ended %d grant(s): off the relay since %s", len(in_force),
                     it.iso_ms(self._on_relay_ms))
@@ -98,7 +98,7 @@ class Expiry:
         now = self.clock.now_ms()
         ended = [it.end(item, State.EXPIRED, now) for item in it.due(self.store.open_items(), now)]
         done = [item for item in ended if item is not None]
-        in_force = frozenset(grant.grant_id for grant in self.store.grants_in_force(now))
+        in_force = frozenset(grant.grant_id for grant in self.store.grants.in_force(now))
         shown = self.delivery.grants_shown
         if done or (shown is not None and in_force != shown):
             self.delivery.finish(done)  # tells the devices, also of grants that ran out

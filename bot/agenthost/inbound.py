@@ -125,7 +125,7 @@ class Inbound:
                 log.warning, "refused the grant of decision %s for %s: %s",
                 decision.decision_id, item.item_id, grant))
             return
-        self.store.add_grant(grant, item.item_id)
+        self.store.grants.add(grant, item.item_id)
         committed.append(functools.partial(
             log.info, "grant %s (%s) given by %s until %s", grant.grant_id, grant.label,
             grant.by_name, it.iso_ms(grant.expires_ms)))
@@ -142,7 +142,7 @@ class Inbound:
 
     def revoke(self, opened: Opened, revoke: GrantRevoke, now: int,
                committed: Committed) -> list[Item]:
-        if self.store.end_grant(revoke.grant_id, now):
+        if self.store.grants.end(revoke.grant_id, now):
             committed.append(functools.partial(
                 log.info, "grant %s revoked by %s on device %s", revoke.grant_id,
                 revoke.revoked_by.name, opened.sender.id))

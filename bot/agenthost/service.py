@@ -141,7 +141,7 @@ class AgentHost:
         summary = mask_credentials(summary)  # activity lines and notifications show it bare
         offer = gr.offer_for(grant, blocks, (summary, arguments))
         self.expiry.lapse_if_off_relay()
-        covering = gr.covering(self.store.grants_in_force(now), offer.key if offer else None, now)
+        covering = gr.covering(self.store.grants.in_force(now), offer.key if offer else None, now)
         wire = it.approval_wire(
             item_id,
             tool=tool,
@@ -178,7 +178,7 @@ class AgentHost:
         with self.delivery.change():
             self.store.add_item(approved, offer.key, offer.label)
             self.store.save_outcome(approved)
-            self.store.count_use(grant.grant_id)
+            self.store.grants.count_use(grant.grant_id)
             for device in self.delivery.peers.values():
                 self.delivery.send(device, payload, now)
         log.info("approved %s under grant %s", item.item_id, grant.grant_id)
@@ -187,14 +187,14 @@ class AgentHost:
 
     def grants(self) -> list[gr.Grant]:
         """The grants in force, oldest first."""
-        return self.store.grants_in_force(self._clock.now_ms())
+        return self.store.grants.in_force(self._clock.now_ms())
 
     def revoke_grant(self, grant_id: str) -> gr.Grant:
         """End a grant in force here and tell every device."""
         now = self._clock.now_ms()
-        grant = self.store.grant(grant_id)
+        grant = self.store.grants.get(grant_id)
         with self.delivery.change():
-            if grant is None or not self.store.end_grant(grant_id, now):
+            if grant is None or not self.store.grants.end(grant_id, now):
                 raise Refusal(404, f"no grant {grant_id!r} in force", "grant_id")
             self.delivery.broadcast(self.delivery.peers.values())
         log.info("revoked grant %s locally", grant_id)

@@ -2,8 +2,8 @@
 
 It holds the identity, the relay URL and name, ``rev``, the paired devices, the one-time
 pairing secrets, every item with its outcome (and the arguments a person approved after
-editing them), the outbox, the replay set, and every
-decision and answer received (refused ones too, with why). One process writes it: the
+editing them), the grants (:mod:`bot.agenthost.grantstore`), the outbox, the replay set,
+and every decision and answer received (refused ones too, with why). One process writes it: the
 host. Each change of the service runs in one :meth:`AgentStore.transaction`, so a SIGKILL
 leaves either all of it or none.
 """
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from bot import durable
-from bot.agenthost.grants import Grant, Offer
+from bot.agenthost.grants import Offer
+from bot.agenthost.grantstore import GrantStore
 from bot.agenthost.items import Ended, Item, Kind, State
 from bot.agenthost.pairing import PairingSecret
 from bot.durable import Place, Step, open_sqlite
@@ -143,6 +144,8 @@ class AgentStore:
         self.health = StoreHealth("the agent host's database", log)
         """Whether writes succeed; the failures of the store itself are logged there."""
         self._db = open_sqlite(self.path, PLACE, _MIGRATIONS, pragmas=("foreign_keys=ON",))
+        self.grants = GrantStore(self._execute)
+        """The grants people gave, in the same database and transactions."""
 
     def close(self) -> None:
         self._db.close()
@@ -382,43 +385,6 @@ class AgentStore:
             return None
         return Offer(row[0], row[1] or row[0])
 
-    # -- grants -----------------------------------------------------------------------
-
-    def add_grant(self, grant: Grant, item_id: str) -> None:
-        self._execute(
-            "INSERT INTO grants (grant_id, key, label, granted_by_json, granted_at, expires_at,"
-            " uses, item_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (grant.grant_id, grant.key, grant.label, json.dumps(dict(grant.granted_by)),
-             grant.granted_ms, grant.expires_ms, grant.uses, item_id),
-        )
-
-    def grants_in_force(self, now_ms: int) -> list[Grant]:
-        rows = self._execute(
-            f"SELECT {_GRANT_COLUMNS} FROM grants WHERE ended_at IS NULL AND expires_at > ?"
-            " ORDER BY granted_at", (now_ms,),
-        ).fetchall()
-        return [_grant(row) for row in rows]
-
-    def grant(self, grant_id: str) -> Grant | None:
-        row = self._execute(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE grant_id = ?",
-                            (grant_id,)).fetchone()
-        return None if row is None else _grant(row)
-
-    def end_grant(self, grant_id: str, now_ms: int) -> bool:
-        """Revoke a grant in force; False when it had ended already (or never was)."""
-        cursor = self._execute(
-            "UPDATE grants SET ended_at = ? WHERE grant_id = ? AND ended_at IS NULL"
-            " AND expires_at > ?", (now_ms, grant_id, now_ms))
-        return cursor.rowcount == 1
-
-    def count_use(self, grant_id: str) -> None:
-        self._execute("UPDATE grants SET uses = uses + 1 WHERE grant_id = ?", (grant_id,))
-
-    def next_grant_expiry(self, now_ms: int) -> int | None:
-        row = self._execute("SELECT MIN(expires_at) FROM grants WHERE ended_at IS NULL"
-                            " AND expires_at > ?", (now_ms,)).fetchone()
-        return None if row[0] is None else int(row[0])
-
     # -- decisions and answers received -----------------------------------------------
 
     def record_received(
@@ -496,19 +462,6 @@ def _item(row: tuple[Any, ...]) -> Item:
         answer=row[9],
         resolved_ms=None if row[10] is None else int(row[10]),
         edited=None if row[11] is None else json.loads(row[11]),
-    )
-
-
-_GRANT_COLUMNS: Final = (
-    "grant_id, key, label, granted_by_json, granted_at, expires_at, uses, ended_at"
-)
-
-
-def _grant(row: tuple[Any, ...]) -> Grant:
-    return Grant(
-        grant_id=row[0], key=row[1], label=row[2], granted_by=json.loads(row[3]),
-        granted_ms=int(row[4]), expires_ms=int(row[5]), uses=int(row[6]),
-        ended_ms=None if row[7] is None else int(row[7]),
     )
 
 
