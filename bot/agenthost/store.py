@@ -3,9 +3,9 @@
 It holds the identity, the relay URL and name, ``rev``, the paired devices, the one-time
 pairing secrets, every item with its outcome (and the arguments a person approved after
 editing them), the grants (:mod:`bot.agenthost.grantstore`), the outbox, the replay set,
-and every decision and answer received (refused ones too, with why). One process writes it: the
-host. Each change of the service runs in one :meth:`AgentStore.transaction`, so a SIGKILL
-leaves either all of it or none.
+and every decision and answer received (refused ones too, with why). One process writes
+it: the host. Each change of the service runs in one :meth:`AgentStore.transaction`, so a
+SIGKILL leaves either all of it or none.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ transaction as the first change its handler commits (a decision, a vote, a pairi
 after its handler returns when it changes nothing; a restarted bot handles every update
 not marked yet, so each is handled exactly once for what it changes.
 
-Fetching does not wait for handling: a tap that arrives while a handler waits out a 429 is
-stored at once. In webhook mode (:mod:`bot.tg.webhook`) the updates Telegram posts are held
-the same way, before the answer that confirms them.
+Fetching waits for handling only briefly (the decisions a batch made leave before the next
+long poll is asked for, :data:`HANDLER_HEAD_START_S` at most): a tap that arrives while a
+handler waits out a 429 is stored moments later. In webhook mode (:mod:`bot.tg.webhook`)
+the updates Telegram posts are held the same way, before the answer that confirms them.
 """
 
 from __future__ import annotations
