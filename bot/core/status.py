@@ -5,11 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from bot.clock import from_ms, maybe_from_ms
 from bot.core.grants import GrantedRow
 from bot.core.model import CardRow, ItemRow, ReportedOutcome, Vote
+
+CONFIRM_WAIT_S: Final = 1.0
+"""How long a decision made here waits for its agent's word (the agent's next update lists
+the item ended, milliseconds away when the relay and the agent are there) before its card
+and its tapper's answer show it without: the card then goes from its buttons to the
+outcome the agent confirmed in one edit, and neither takes the processor from the decision
+on its way."""
 
 CardState = Literal["pending", "approved", "denied", "answered", "expired", "cancelled", "unbound"]
 

@@ -7,11 +7,8 @@ import asyncio
 from bot.bridge import TapReport
 from bot.core.model import CardRow
 from bot.core.policy import Answered, Decided, Refused, Tallied
+from bot.core.status import CONFIRM_WAIT_S
 from bot.tg.shared import HandlerGroup
-
-CONFIRM_WAIT_S = 1.0
-"""How long a tap's answer waits for the agent to report the decision the tap made (its
-next update, milliseconds away when the relay and the agent are there)."""
 
 
 class TapAnswers(HandlerGroup):

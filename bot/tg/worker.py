@@ -26,7 +26,7 @@ from bot.bridge import Bridge
 from bot.clock import Clock, from_ms
 from bot.config import Config
 from bot.core.model import CardRow, ItemRow, parse_item
-from bot.core.status import card_status
+from bot.core.status import CONFIRM_WAIT_S, card_status
 from bot.errors import (
     ChatMoved,
     ChatUnavailable,
@@ -54,12 +54,6 @@ write again."""
 STOP_TIMEOUT_S = 10.0
 OFF_LOOP_CHARS = 64 * 1024
 """Items whose stored JSON is at least this long are drawn in a thread."""
-CONFIRM_GRACE_S = 1.0
-"""How long a card decided here waits for its agent to report how the item ended (the
-agent's next update, milliseconds away when the relay and the agent are there) before it
-is shown as decided, and as sending while the relay has not taken the decision. The card
-then goes from its buttons to the outcome the agent confirmed in one edit, and drawing it
-takes nothing from the decision on its way."""
 
 
 class CardWorker:
@@ -175,11 +169,11 @@ class CardWorker:
 
     def _unconfirmed(self, card: CardRow, now: float) -> float:
         """How much longer a card decided here waits for its agent to report how the
-        item ended (:data:`CONFIRM_GRACE_S`); its report wakes the chat."""
+        item ended (:data:`CONFIRM_WAIT_S`); its report wakes the chat."""
         item = self._view.items.get(card.agent_id, card.item_id)
         if item is None or item.outcome_chat_id is None or item.outcome_at is None:
             return 0.0
-        left = item.outcome_at / 1000 + CONFIRM_GRACE_S - now
+        left = item.outcome_at / 1000 + CONFIRM_WAIT_S - now
         if left <= 0 or self._view.items.reported(card.agent_id, card.item_id) is not None:
             return 0.0
         return left
